@@ -1,0 +1,3 @@
+from s3.cli import main
+
+main()

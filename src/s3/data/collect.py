@@ -1,0 +1,225 @@
+"""The `collect` stage: drive the source simulator and write validated Parquet shards.
+
+Episodes are numbered; episode i draws everything from the seed sequence (seed, i), so the
+dataset depends only on the seed, never on how episodes are spread over workers. Shard k holds
+episodes [k*E, (k+1)*E) and is written atomically; a re-run skips shards that are already there
+with the same provenance, so a killed collection resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing as mp
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+from rich.progress import Progress
+
+from s3 import __version__
+from s3.config import Params
+from s3.data.driver import ExplorationDriver
+from s3.data.rollouts import shard_metadata, shard_name, sha256_file, write_manifest, write_shard
+from s3.data.schema import COLUMNS, SCHEMA_VERSION
+from s3.io import workspace_lock
+from s3.sim.base import Control, SimulatorError, SourceSim, VehicleState
+from s3.sim.factory import make_sim
+from s3.tracks.generate import procedural_track
+from s3.tracks.track import Track
+
+MAX_SPEED = 120.0  # m/s: beyond this a state is an explosion, not driving
+
+
+@dataclass
+class ShardResult:
+    """What one shard produced (rows kept, episodes dropped and why)."""
+
+    index: int
+    file: str
+    rows: int
+    episodes: int
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    reused: bool = False
+
+
+@lru_cache(maxsize=64)
+def track_for(track_id: str, params_json: str) -> Track:
+    """Rebuild a collection track from its id ("proc<seed>" or "proc<seed>-ice")."""
+    from s3.tracks.generate import ProceduralTrackParams
+
+    tp = ProceduralTrackParams.model_validate_json(params_json)
+    seed = int(track_id.removeprefix("proc").removesuffix("-ice"))
+    track = procedural_track(seed, tp)
+    return track if track_id.endswith("-ice") else track.without_patches()
+
+
+def episode_plan(params: Params, episode: int) -> tuple[np.random.Generator, str]:
+    """The episode's own random stream and the track it runs on."""
+    rng = np.random.default_rng(np.random.SeedSequence([params.seed, episode]))
+    c = params.collect
+    track_seed = params.seed * 100_003 + int(rng.integers(c.n_tracks))
+    ice = rng.random() < c.ice_episode_fraction
+    return rng, f"proc{track_seed}" + ("-ice" if ice else "")
+
+
+def _row(ep: int, step: int, st: VehicleState, track_id: str, cmd: Control, s: float, d: float, off: bool) -> list:
+    return [
+        ep, step, st.time, track_id, st.x, st.y, st.yaw, st.vx, st.vy, st.yaw_rate, st.steer,
+        *map(float, st.wheel_speed), cmd.steering, cmd.throttle, cmd.brake,
+        *map(float, st.friction), float(np.mean(st.friction)), s, d, off,
+    ]  # fmt: skip
+
+
+def run_episode(sim: SourceSim, params: Params, episode: int) -> tuple[pd.DataFrame | None, str]:
+    """Drive one episode; return its rows, or None and the reason it was dropped."""
+    c = params.collect
+    rng, track_id = episode_plan(params, episode)
+    track = track_for(track_id, c.tracks.model_dump_json())
+    driver = ExplorationDriver(track, c.driver, sim.wheelbase, sim.max_steer, sim.control_dt, rng)
+
+    s0 = rng.uniform(0.0, track.length)
+    half = 0.5 * float(sum(w[0] for w in track.width_at(np.array([s0]))))
+    x0, y0, h0 = (float(a[0]) for a in track.pose_at(np.array([s0]), np.array([rng.uniform(-0.4, 0.4) * half])))
+    speed0 = min(rng.uniform(*c.start_speed), driver.target_speed(s0))
+    rows: list[list] = []
+    try:
+        state = sim.reset(track, x0, y0, h0 + rng.normal(0.0, 0.05), speed0)
+        for step in range(c.episode_steps):
+            if not state.is_finite() or math.hypot(state.vx, state.vy) > MAX_SPEED:
+                return None, "non-finite or exploded state"
+            proj = track.project(np.array([[state.x, state.y]]), np.array([state.yaw]))
+            s, d, herr = float(proj.s[0]), float(proj.d[0]), float(proj.heading_error[0])
+            edge = float(proj.w_left[0]) if d > 0 else float(proj.w_right[0])
+            cmd = driver.act(state, s)
+            rows.append(_row(episode, step, state, track_id, cmd, s, d, abs(d) > edge))
+            lost = abs(d) > edge + c.off_track_margin
+            backwards = state.vx < -1.0 or (abs(herr) > 2.0 and state.vx > 2.0)
+            if lost or backwards or step == c.episode_steps - 1:
+                break
+            state = sim.step(cmd)
+    except SimulatorError as e:
+        return None, f"simulator error: {e}"
+    return pd.DataFrame(rows, columns=list(COLUMNS)), ""
+
+
+_SIM: SourceSim | None = None
+
+
+def _worker_sim(params: Params) -> SourceSim:
+    global _SIM
+    if _SIM is None:
+        _SIM = make_sim(params.sim)
+    return _SIM
+
+
+def collect_shard(params_json: str, index: int, out_dir: str, key: str) -> ShardResult:
+    """Drive the episodes of shard `index` and write it (runs in a worker process)."""
+    params = Params.model_validate_json(params_json)
+    c = params.collect
+    t0 = time.perf_counter()
+    sim = _worker_sim(params)
+    first = index * c.episodes_per_shard
+    episodes = range(first, min(first + c.episodes_per_shard, c.episodes))
+    frames, dropped = [], []
+    for ep in episodes:
+        df, why = run_episode(sim, params, ep)
+        if df is None:
+            dropped.append({"episode": ep, "reason": why})
+        else:
+            frames.append(df)
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({k: [] for k in COLUMNS})
+    path = Path(out_dir) / shard_name(index)
+    meta = {"s3_collect_key": key, "s3_shard": str(index), "s3_dropped": json.dumps(dropped)}
+    write_shard(path, df, meta)
+    return ShardResult(index, path.name, len(df), len(frames), dropped, time.perf_counter() - t0)
+
+
+def collect(params: Params, root: Path = Path("."), quiet: bool = False) -> Path:
+    """Run the stage; return the manifest path."""
+    c = params.collect
+    out = root / c.out_dir
+    key = params.section_hash("seed", "sim", "collect")
+    n_shards = math.ceil(c.episodes / c.episodes_per_shard)
+    params_json = params.model_dump_json()
+    with workspace_lock(out, "s3 collect"):
+        for stale in out.glob("shard-*.parquet"):
+            if int(stale.stem.split("-")[1]) >= n_shards:
+                stale.unlink()
+        results: dict[int, ShardResult] = {}
+        todo = []
+        for k in range(n_shards):
+            path = out / shard_name(k)
+            meta = shard_metadata(path) if path.exists() else {}
+            if meta.get("s3_collect_key") == key:
+                results[k] = _reused(path, k, json.loads(meta.get("s3_dropped", "[]")))
+            else:
+                todo.append(k)
+        t0 = time.perf_counter()
+        with Progress(disable=quiet, transient=False) as progress:
+            bar = progress.add_task("collect", total=n_shards, completed=n_shards - len(todo))
+            if todo and c.workers == 1:
+                for k in todo:
+                    results[k] = collect_shard(params_json, k, str(out), key)
+                    progress.advance(bar)
+            elif todo:
+                ctx = mp.get_context("spawn")
+                with ProcessPoolExecutor(max_workers=min(c.workers, len(todo)), mp_context=ctx) as pool:
+                    futures = [pool.submit(collect_shard, params_json, k, str(out), key) for k in todo]
+                    for fut in as_completed(futures):
+                        r = fut.result()
+                        results[r.index] = r
+                        progress.advance(bar)
+        wall = time.perf_counter() - t0
+        manifest = _manifest(params, [results[k] for k in range(n_shards)], out, wall)
+        path = write_manifest(out, manifest)
+    from s3.viz.collect_plots import plot_sample_episodes
+
+    plot_sample_episodes(out, root / c.plot_dir / "sample_episodes.png", params)
+    return path
+
+
+def _reused(path: Path, index: int, dropped: list[dict[str, Any]]) -> ShardResult:
+    """A shard an earlier run already wrote with the same provenance."""
+    episodes = pq.read_table(path, columns=["episode"]).column("episode").to_numpy()
+    return ShardResult(index, path.name, len(episodes), len(np.unique(episodes)), dropped, reused=True)
+
+
+def _manifest(params: Params, results: list[ShardResult], out: Path, wall: float) -> dict[str, Any]:
+    sim = params.sim
+    dropped = [d for r in results for d in r.dropped]
+    rows = sum(r.rows for r in results)
+    return {
+        "s3_version": __version__,
+        "schema_version": SCHEMA_VERSION,
+        "simulator": sim.backend,
+        "simulator_version": _sim_version(sim.backend),
+        "control_dt": sim.control_dt,
+        "rows": rows,
+        "episodes": sum(r.episodes for r in results),
+        "episodes_dropped": len(dropped),
+        "dropped": dropped,
+        "collect_key": params.section_hash("seed", "sim", "collect"),
+        "wall_seconds_this_run": round(wall, 2),
+        "shards": [
+            {"file": r.file, "rows": r.rows, "episodes": r.episodes, "sha256": sha256_file(out / r.file)}
+            for r in results
+        ],
+        "columns": {name: {"unit": unit, "description": desc} for name, (_, unit, desc) in COLUMNS.items()},
+        "params": params.model_dump(mode="json", include={"seed", "sim", "collect"}),
+    }
+
+
+def _sim_version(backend: str) -> str:
+    if backend == "mujoco":
+        import mujoco
+
+        return f"mujoco {mujoco.__version__}"
+    return "unknown"

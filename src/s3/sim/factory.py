@@ -1,0 +1,19 @@
+"""Make the configured source simulator; nothing above this knows which one it is."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from s3.sim.base import SourceSim
+
+if TYPE_CHECKING:
+    from s3.config import SimParams
+
+
+def make_sim(params: SimParams) -> SourceSim:
+    """A fresh simulator for `params.backend`."""
+    if params.backend == "mujoco":
+        from s3.sim.mujoco_car import MujocoCar
+
+        return MujocoCar(params.mujoco, control_dt=params.control_dt)
+    raise ValueError(f"sim.backend: unknown backend {params.backend!r}")

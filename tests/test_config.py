@@ -1,0 +1,68 @@
+"""Params validation: bad input stops with one line naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from s3.cli import app
+from s3.config import ParamsError, load_params
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_repo_params_file_is_valid() -> None:
+    p = load_params(ROOT / "params.yaml")
+    assert p.sim.backend == "mujoco"
+    assert p.collect.episodes * p.collect.episode_steps >= 150_000
+
+
+def test_overrides_reach_nested_sections() -> None:
+    p = load_params(None, ["collect.episodes=12", "collect.driver.event_rate=0.5", "seed=7"])
+    assert (p.collect.episodes, p.collect.driver.event_rate, p.seed) == (12, 0.5, 7)
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("collect.episodez=3", "unknown key 'collect.episodez' (allowed here: "),
+        ("collect.episodes=-1", "collect.episodes: Input should be greater than or equal to 1"),
+        ("collect.episodes=lots", "collect.episodes: Input should be a valid integer"),
+        ("sim.backend=carla", "sim.backend: Input should be 'mujoco'"),
+        ("sim.control_dt=0", "sim.control_dt: Input should be greater than 0"),
+        ("collect.driver.max_speed=[30, 10]", "max_speed must be an increasing pair"),
+        ("nonsense", "expected section.key=value"),
+    ],
+)
+def test_bad_params_give_one_line_naming_the_key(override: str, needle: str) -> None:
+    with pytest.raises(ParamsError) as e:
+        load_params(None, [override])
+    msg = str(e.value)
+    assert needle in msg
+    assert "\n" not in msg
+
+
+def test_unknown_key_lists_allowed_keys() -> None:
+    with pytest.raises(ParamsError) as e:
+        load_params(None, ["collect.episodez=3"])
+    assert "episodes" in str(e.value) and "workers" in str(e.value)
+
+
+def test_bad_yaml_file_is_named(tmp_path: Path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text("collect: [unclosed\n")
+    with pytest.raises(ParamsError, match=r"p\.yaml: line \d+ is not valid YAML"):
+        load_params(f)
+    with pytest.raises(ParamsError, match="no such params file"):
+        load_params(tmp_path / "missing.yaml")
+
+
+def test_cli_prints_one_line_and_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["collect", "--set", "collect.workers=0", "--quiet"])
+    assert result.exit_code == 2
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "collect.workers" in lines[0], result.output
+    assert not (tmp_path / "data").exists(), "no work may start on bad params"

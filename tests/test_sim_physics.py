@@ -239,3 +239,17 @@ def test_explosion_raises(car: MujocoCar) -> None:
     car.data.qvel[0] = 400.0
     with pytest.raises(SimulatorError):
         car.step(Control(0.0, 0.0, 0.0))
+
+
+def test_rev_limiter_caps_wheelspin_on_ice(car: MujocoCar) -> None:
+    """Full throttle on ice spins the driven wheels up to the engine's limit, not without bound."""
+    _surface(car, 0.1)
+    car.reset(None, 0.0, 0.0, 0.0, 0.0)
+    rear = []
+    for _ in range(150):
+        st = car.step(Control(0.0, 1.0, 0.0))
+        rear.append(0.5 * (st.wheel_speed[2] + st.wheel_speed[3]))
+    limit = car.params.max_wheel_speed
+    assert max(rear) > 0.9 * limit, "the driven wheels should spin up on ice"
+    assert max(rear) < 1.02 * limit
+    assert st.vx < 15.0  # ice gives little traction: the car itself stays slow

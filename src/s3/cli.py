@@ -105,7 +105,7 @@ def track_show(
             t = road_course(condition)  # type: ignore[arg-type]
         else:
             t = load_track_csv(Path(track))
-    console.print(f"{t.name}: {t.length:.0f} m, {len(t.xy)} points, {len(t.patches)} friction patches")
+    console.print(f"{t.name}: {t.length:.0f} m, {len(t.centerline)} points, {len(t.patches)} friction patches")
     if out is not None:
         import matplotlib.pyplot as plt
 

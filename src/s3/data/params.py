@@ -42,13 +42,13 @@ class CollectParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    episodes: int = Field(1000, ge=1, le=1_000_000)
+    episodes: int = Field(1150, ge=1, le=1_000_000)
     episode_steps: int = Field(300, ge=2, le=100_000, description="control steps per episode at most")
     episodes_per_shard: int = Field(25, ge=1, le=100_000)
     workers: int = Field(2, ge=1, le=256, description="simulator processes (one per core)")
     n_tracks: int = Field(60, ge=1, le=100_000, description="size of the procedural track pool")
     ice_episode_fraction: float = Field(
-        0.5, ge=0, le=1, description="share of episodes on tracks that carry friction patches"
+        0.6, ge=0, le=1, description="share of episodes run with their track's friction patches"
     )
     start_speed: tuple[float, float] = Field((0.0, 25.0), description="initial speed range (m/s)")
     off_track_margin: float = Field(
@@ -56,7 +56,9 @@ class CollectParams(BaseModel):
     )
     out_dir: str = "data/rollouts"
     plot_dir: str = "plots/collect"
-    tracks: ProceduralTrackParams = ProceduralTrackParams()
+    tracks: ProceduralTrackParams = ProceduralTrackParams(
+        patch_probability=1.0, patches_min=2, patches_max=6, patch_length_max=120.0
+    )
     driver: DriverParams = DriverParams()
 
     @model_validator(mode="after")

@@ -48,6 +48,7 @@ class MujocoCarParams(BaseModel):
     # powertrain: rear-wheel drive through an open differential (equal torque per side)
     drive_torque_max: float = Field(1700.0, gt=0.0, le=10000.0, description="peak total wheel torque, N m")
     drive_power_max: float = Field(105000.0, gt=0.0, le=1000000.0, description="W at the wheels")
+    max_wheel_speed: float = Field(70.0, gt=5.0, le=150.0, description="rev limit as driven-wheel rim speed, m/s")
     brake_torque_max: float = Field(10000.0, gt=0.0, le=30000.0, description="all four wheels together, N m")
     brake_bias_front: float = Field(0.7, ge=0.0, le=1.0, description="front share of brake torque")
 

@@ -26,8 +26,8 @@ from s3.sim.params import MujocoCarParams
 
 # parameter vector layout (built by `pack_params`)
 P_DT, P_R, P_B, P_C, P_E, P_SX, P_SY, P_VLOW, P_CLOW, P_SPEAK = range(10)
-P_TMAX, P_PMAX, P_DRAG, P_STEER_STEP, P_WHEELBASE, P_HALF_TRACK, P_ACKERMANN = range(10, 17)
-N_PARAMS = 17
+P_TMAX, P_PMAX, P_DRAG, P_STEER_STEP, P_WHEELBASE, P_HALF_TRACK, P_ACKERMANN, P_WLIM = range(10, 18)
+N_PARAMS = 18
 
 # index vector layout (built by the car from model ids)
 I_CHASSIS = 0
@@ -149,6 +149,8 @@ def tyre_substep(
     # engine torque through an open differential: equal torque on both rear wheels
     w_rear = 0.5 * (qvel[ids[I_WHEEL_DOF + 2]] + qvel[ids[I_WHEEL_DOF + 3]])
     torque = u[U_THROTTLE] * min(p[P_TMAX], p[P_PMAX] / max(abs(w_rear), 1e-3))
+    # rev limiter: drive fades out over the last 5 % below the engine's top wheel speed
+    torque *= min(1.0, max(0.0, (p[P_WLIM] - abs(w_rear)) / (0.05 * p[P_WLIM])))
     for i in range(4):
         qfrc[ids[I_WHEEL_DOF + i]] = 0.5 * torque if i >= 2 else 0.0
 
@@ -221,6 +223,7 @@ def pack_params(c: MujocoCarParams) -> np.ndarray:
     p[P_VLOW], p[P_CLOW] = c.low_speed, c.low_speed_damping
     p[P_SPEAK] = peak_slip(c.mf_b, c.mf_c, c.mf_e)
     p[P_TMAX], p[P_PMAX] = c.drive_torque_max, c.drive_power_max
+    p[P_WLIM] = c.max_wheel_speed / c.wheel_radius
     p[P_DRAG] = 0.5 * c.air_density * c.drag_area
     p[P_STEER_STEP] = c.steer_rate * c.timestep
     p[P_WHEELBASE], p[P_HALF_TRACK], p[P_ACKERMANN] = c.wheelbase, 0.5 * c.track_width, c.ackermann

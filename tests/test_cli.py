@@ -1,0 +1,36 @@
+"""The command line: one-line errors for bad tracks, JSON from the benchmark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from s3.cli import app
+
+
+def test_bad_track_csv_gives_one_line_naming_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "circuit.csv"
+    bad.write_text("# x_m,y_m,w_tr_right_m,w_tr_left_m\n0,0,5,5\n100,0,5,5\n100,100,nan,5\n0,100,5,5\n")
+    result = CliRunner().invoke(app, ["track", "show", str(bad)])
+    assert result.exit_code == 2
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "circuit.csv" in lines[0] and "NaN" in lines[0], result.output
+
+
+def test_track_show_plots_the_road_course(tmp_path: Path) -> None:
+    out = tmp_path / "course.png"
+    result = CliRunner().invoke(app, ["track", "show", "road_course", "--condition", "ice", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "7 friction patches" in result.output
+    assert out.stat().st_size > 10_000
+
+
+def test_bench_sim_prints_one_json_object() -> None:
+    result = CliRunner().invoke(app, ["bench", "sim", "--json", "--seconds", "0.3"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["control_steps_per_s"] > 0
+    assert abs(out["realtime_factor"] - out["control_steps_per_s"] * out["control_dt"]) < 1e-6 * out["realtime_factor"]
+    assert out["substeps"] == round(out["control_dt"] / out["timestep"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,9 @@ from s3.data.collect import collect, run_episode, track_for
 from s3.data.rollouts import RolloutError, load_rollouts, read_manifest, shard_name
 from s3.data.schema import COLUMNS
 from s3.io import WorkspaceBusy, workspace_lock
+from s3.sim.base import Control
 from s3.sim.factory import make_sim
+from s3.tracks.track import TrackError
 
 TINY = ["collect.episodes=5", "collect.episode_steps=60", "collect.episodes_per_shard=2", "collect.n_tracks=3"]
 
@@ -71,6 +74,36 @@ def test_track_columns_match_geometry(dataset: tuple[Path, pd.DataFrame]) -> Non
     assert np.allclose(df.mu_mean, df[["mu_fl", "mu_fr", "mu_rl", "mu_rr"]].mean(axis=1))
 
 
+def test_commands_reproduce_the_next_row(dataset: tuple[Path, pd.DataFrame]) -> None:
+    """Replaying an episode's recorded commands in the simulator gives its recorded states: row t's
+    command is exactly what moved the car from row t to row t+1."""
+    _, df = dataset
+    e = df[df.episode == df.episode.iloc[0]].reset_index(drop=True)
+    sim = make_sim(Params().sim)
+    track = track_for(e.track_id.iloc[0], Params().collect.tracks.model_dump_json())
+    st = sim.reset(track, e.x[0], e.y[0], e.yaw[0], e.vx[0])
+    for t in range(len(e) - 1):
+        st = sim.step(Control(e.steering_cmd[t], e.throttle_cmd[t], e.brake_cmd[t]))
+        got = [st.x, st.y, st.vx, st.vy, st.yaw_rate, st.steer]
+        want = e.loc[t + 1, ["x", "y", "vx", "vy", "yaw_rate", "steer"]].to_numpy(dtype=float)
+        np.testing.assert_allclose(got, want, atol=1e-3, err_msg=f"step {t}")
+
+
+def test_ice_episodes_record_low_friction(dataset: tuple[Path, pd.DataFrame]) -> None:
+    _, df = dataset
+    ice = df.track_id.str.endswith("-ice")
+    assert ice.any() and (~ice).any()
+    assert (df.loc[~ice, ["mu_fl", "mu_fr", "mu_rl", "mu_rr"]] == 1.0).all().all()
+    track_params = Params().collect.tracks
+    lo = df.loc[ice, "mu_mean"].min()
+    assert track_params.patch_mu_min - 1e-9 <= lo < 0.5, "an ice episode of this size crosses a patch"
+
+
+def test_track_errors_survive_worker_processes() -> None:
+    err = pickle.loads(pickle.dumps(TrackError("track 'x'", "self-intersects at segment 3")))
+    assert isinstance(err, TrackError) and str(err) == "track 'x': self-intersects at segment 3"
+
+
 def test_worker_count_does_not_change_the_data(dataset: tuple[Path, pd.DataFrame], tmp_path: Path) -> None:
     _, one = dataset
     collect(tiny(tmp_path, "collect.workers=2"), quiet=True)
@@ -87,6 +120,22 @@ def test_resume_rewrites_only_missing_shards(dataset: tuple[Path, pd.DataFrame],
     (out / shard_name(1)).unlink()
     collect(params, quiet=True)
     assert (out / shard_name(0)).stat().st_mtime_ns == kept
+    pd.testing.assert_frame_equal(load_rollouts(out), ref)
+
+
+def test_resume_redoes_shards_that_are_corrupted_or_from_other_params(dataset: tuple[Path, pd.DataFrame], tmp_path: Path) -> None:
+    _, ref = dataset
+    params = tiny(tmp_path, "collect.workers=1")
+    collect(params, quiet=True)
+    out = tmp_path / "rollouts"
+    shard = out / shard_name(1)
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 3] ^= 0xFF  # data page damaged, footer (and its provenance key) intact
+    shard.write_bytes(bytes(raw))
+    other = tiny(tmp_path / "other", "collect.workers=1", "seed=5")
+    collect(other, quiet=True)
+    (out / shard_name(2)).write_bytes((tmp_path / "other" / "rollouts" / shard_name(2)).read_bytes())
+    collect(params, quiet=True)
     pd.testing.assert_frame_equal(load_rollouts(out), ref)
 
 

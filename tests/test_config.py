@@ -34,6 +34,7 @@ def test_overrides_reach_nested_sections() -> None:
         ("sim.control_dt=0", "sim.control_dt: Input should be greater than 0"),
         ("collect.driver.max_speed=[30, 10]", "max_speed must be an increasing pair"),
         ("nonsense", "expected section.key=value"),
+        ("sim.control_dt=0.101", "must be a whole number of mujoco.timestep"),
     ],
 )
 def test_bad_params_give_one_line_naming_the_key(override: str, needle: str) -> None:
@@ -61,7 +62,7 @@ def test_bad_yaml_file_is_named(tmp_path: Path) -> None:
 
 def test_cli_prints_one_line_and_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, ["collect", "--set", "collect.workers=0", "--quiet"])
+    result = CliRunner().invoke(app, ["collect", "--set", "collect.workers=-1", "--quiet"])
     assert result.exit_code == 2
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and "collect.workers" in lines[0], result.output

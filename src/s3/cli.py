@@ -80,7 +80,8 @@ def bench_sim(
     from s3.sim.bench import bench_sim as run
 
     p = _params(params, set_)
-    result = run(seconds=seconds, params=p.sim.mujoco, control_dt=p.sim.control_dt)
+    with _one_line_errors():
+        result = run(seconds=seconds, params=p.sim.mujoco, control_dt=p.sim.control_dt)
     if as_json:
         print(json.dumps(result))
     else:

@@ -6,13 +6,11 @@ Bad input stops here, before any work, with one line naming the offending key.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from s3.data.params import CollectParams
 from s3.sim.params import MujocoCarParams
@@ -31,6 +29,15 @@ class SimParams(BaseModel):
     control_dt: float = Field(0.1, gt=0.0, le=1.0, description="control period (s)")
     mujoco: MujocoCarParams = MujocoCarParams()
 
+    @model_validator(mode="after")
+    def _whole_physics_steps(self) -> SimParams:
+        n = self.control_dt / self.mujoco.timestep
+        if abs(n - round(n)) > 1e-6:
+            raise ValueError(
+                f"control_dt {self.control_dt} s must be a whole number of mujoco.timestep {self.mujoco.timestep} s"
+            )
+        return self
+
 
 class Params(BaseModel):
     """Everything in params.yaml."""
@@ -40,11 +47,6 @@ class Params(BaseModel):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     sim: SimParams = SimParams()
     collect: CollectParams = CollectParams()
-
-    def section_hash(self, *sections: str) -> str:
-        """A stable short hash of some sections: what a cached artefact was made from."""
-        blob = json.dumps({s: self.model_dump(mode="json")[s] for s in sections}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _apply_override(tree: dict[str, Any], assignment: str) -> None:

@@ -8,9 +8,12 @@ with the same provenance, so a killed collection resumes where it stopped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import multiprocessing as mp
+import os
+import re
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -26,7 +29,17 @@ from rich.progress import Progress
 from s3 import __version__
 from s3.config import Params
 from s3.data.driver import ExplorationDriver
-from s3.data.rollouts import shard_metadata, shard_name, sha256_file, write_manifest, write_shard
+from s3.data.rollouts import (
+    MANIFEST,
+    RolloutError,
+    read_manifest,
+    read_shard,
+    shard_metadata,
+    shard_name,
+    sha256_file,
+    write_manifest,
+    write_shard,
+)
 from s3.data.schema import COLUMNS, SCHEMA_VERSION
 from s3.io import workspace_lock
 from s3.sim.base import Control, SimulatorError, SourceSim, VehicleState
@@ -34,6 +47,7 @@ from s3.sim.factory import make_sim
 from s3.tracks.generate import procedural_track
 from s3.tracks.track import Track
 
+SHARD_RE = re.compile(r"shard-(\d{5})\.parquet")
 MAX_SPEED = 120.0  # m/s: beyond this a state is an explosion, not driving
 
 
@@ -110,14 +124,47 @@ def run_episode(sim: SourceSim, params: Params, episode: int) -> tuple[pd.DataFr
     return pd.DataFrame(rows, columns=list(COLUMNS)), ""
 
 
-_SIM: SourceSim | None = None
+_SIM: tuple[str, SourceSim] | None = None
 
 
 def _worker_sim(params: Params) -> SourceSim:
+    """One simulator per process, rebuilt whenever the sim params change."""
     global _SIM
-    if _SIM is None:
-        _SIM = make_sim(params.sim)
-    return _SIM
+    key = params.sim.model_dump_json()
+    if _SIM is None or _SIM[0] != key:
+        if _SIM is not None:
+            _SIM[1].close()
+        _SIM = (key, make_sim(params.sim))
+    return _SIM[1]
+
+
+def data_key(params: Params) -> str:
+    """Provenance of the data: every input that changes a row, and nothing that does not."""
+    blob = json.dumps(
+        {
+            "seed": params.seed,
+            "sim": params.sim.model_dump(mode="json"),
+            "collect": params.collect.model_dump(mode="json", exclude={"workers", "out_dir", "plot_dir"}),
+            "s3": __version__,
+            "schema": SCHEMA_VERSION,
+            "simulator": _sim_version(params.sim.backend),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _reusable(path: Path, key: str, old_sha: str | None) -> bool:
+    """An existing shard is kept only if it has our provenance and is intact."""
+    if shard_metadata(path).get("s3_collect_key") != key:
+        return False
+    if old_sha is not None:
+        return sha256_file(path) == old_sha
+    try:
+        read_shard(path)
+    except RolloutError:
+        return False
+    return True
 
 
 def collect_shard(params_json: str, index: int, out_dir: str, key: str) -> ShardResult:
@@ -146,32 +193,35 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False) -> Path
     """Run the stage; return the manifest path."""
     c = params.collect
     out = root / c.out_dir
-    key = params.section_hash("seed", "sim", "collect")
+    key = data_key(params)
     n_shards = math.ceil(c.episodes / c.episodes_per_shard)
+    workers = c.workers or os.cpu_count() or 1
     params_json = params.model_dump_json()
     with workspace_lock(out, "s3 collect"):
-        for stale in out.glob("shard-*.parquet"):
-            if int(stale.stem.split("-")[1]) >= n_shards:
+        old_sha = _previous_hashes(out)
+        (out / MANIFEST).unlink(missing_ok=True)  # until the new one is written, no dataset is claimed
+        for stale in out.iterdir():
+            m = SHARD_RE.fullmatch(stale.name)
+            if (m and int(m.group(1)) >= n_shards) or (stale.name.startswith(".shard-") and stale.suffix == ".tmp"):
                 stale.unlink()
         results: dict[int, ShardResult] = {}
         todo = []
         for k in range(n_shards):
             path = out / shard_name(k)
-            meta = shard_metadata(path) if path.exists() else {}
-            if meta.get("s3_collect_key") == key:
-                results[k] = _reused(path, k, json.loads(meta.get("s3_dropped", "[]")))
+            if path.exists() and _reusable(path, key, old_sha.get(path.name)):
+                results[k] = _reused(path, k, json.loads(shard_metadata(path).get("s3_dropped", "[]")))
             else:
                 todo.append(k)
         t0 = time.perf_counter()
         with Progress(disable=quiet, transient=False) as progress:
             bar = progress.add_task("collect", total=n_shards, completed=n_shards - len(todo))
-            if todo and c.workers == 1:
+            if todo and workers == 1:
                 for k in todo:
                     results[k] = collect_shard(params_json, k, str(out), key)
                     progress.advance(bar)
             elif todo:
                 ctx = mp.get_context("spawn")
-                with ProcessPoolExecutor(max_workers=min(c.workers, len(todo)), mp_context=ctx) as pool:
+                with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
                     futures = [pool.submit(collect_shard, params_json, k, str(out), key) for k in todo]
                     for fut in as_completed(futures):
                         r = fut.result()
@@ -180,10 +230,18 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False) -> Path
         wall = time.perf_counter() - t0
         manifest = _manifest(params, [results[k] for k in range(n_shards)], out, wall)
         path = write_manifest(out, manifest)
-    from s3.viz.collect_plots import plot_sample_episodes
+        from s3.viz.collect_plots import plot_sample_episodes
 
-    plot_sample_episodes(out, root / c.plot_dir / "sample_episodes.png", params)
+        plot_sample_episodes(out, root / c.plot_dir / "sample_episodes.png", params)
     return path
+
+
+def _previous_hashes(out: Path) -> dict[str, str]:
+    """Shard hashes from the last complete run's manifest (empty if there is none)."""
+    try:
+        return {s["file"]: s["sha256"] for s in read_manifest(out).get("shards", [])}
+    except (RolloutError, KeyError, TypeError):
+        return {}
 
 
 def _reused(path: Path, index: int, dropped: list[dict[str, Any]]) -> ShardResult:
@@ -206,7 +264,7 @@ def _manifest(params: Params, results: list[ShardResult], out: Path, wall: float
         "episodes": sum(r.episodes for r in results),
         "episodes_dropped": len(dropped),
         "dropped": dropped,
-        "collect_key": params.section_hash("seed", "sim", "collect"),
+        "collect_key": data_key(params),
         "wall_seconds_this_run": round(wall, 2),
         "shards": [
             {"file": r.file, "rows": r.rows, "episodes": r.episodes, "sha256": sha256_file(out / r.file)}

@@ -45,7 +45,7 @@ class CollectParams(BaseModel):
     episodes: int = Field(1150, ge=1, le=1_000_000)
     episode_steps: int = Field(300, ge=2, le=100_000, description="control steps per episode at most")
     episodes_per_shard: int = Field(25, ge=1, le=100_000)
-    workers: int = Field(2, ge=1, le=256, description="simulator processes (one per core)")
+    workers: int = Field(0, ge=0, le=256, description="simulator processes; 0 = one per core")
     n_tracks: int = Field(60, ge=1, le=100_000, description="size of the procedural track pool")
     ice_episode_fraction: float = Field(
         0.6, ge=0, le=1, description="share of episodes run with their track's friction patches"

@@ -178,7 +178,9 @@ def tyre_substep(
         v_long = wvx * fx_ + wvy * fy_
         v_lat = wvx * lx_ + wvy * ly_
         slip_vel = qvel[dof] * radius - v_long  # > 0 when driving
-        speed = abs(v_long)
+        # total ground speed of the wheel: a car sliding sideways is not a car at rest, so the
+        # low-speed cap and damper must not give it peak grip in a spin
+        speed = math.sqrt(v_long * v_long + v_lat * v_lat)
 
         kap = (slip[i, 0] + dt / p[P_SX] * slip_vel) / (1.0 + dt * speed / p[P_SX])
         alp = (slip[i, 1] - dt / p[P_SY] * v_lat) / (1.0 + dt * speed / p[P_SY])

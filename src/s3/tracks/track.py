@@ -33,6 +33,10 @@ class TrackError(ValueError):
         self.problem = " ".join(str(problem).split())
         super().__init__(f"{subject}: {self.problem}")
 
+    def __reduce__(self) -> tuple[type[TrackError], tuple[str, str]]:
+        """Survive the trip back from a worker process as the same one-line error."""
+        return (TrackError, (self.subject, self.problem))
+
 
 @dataclass(frozen=True)
 class FrictionPatch:

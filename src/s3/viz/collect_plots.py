@@ -22,7 +22,9 @@ def plot_sample_episodes(rollouts: Path, png: Path, params: Params, n: int = 4) 
     """Plot the longest episodes of the first shard, preferring ones on ice tracks."""
     from s3.data.collect import track_for
 
-    shards = read_manifest(rollouts)["shards"]
+    shards = [s for s in read_manifest(rollouts)["shards"] if s["rows"] > 0]
+    if not shards:
+        return png
     df = read_shard(rollouts / shards[0]["file"])
     lengths = df.groupby("episode").agg(steps=("step", "size"), track=("track_id", "first"))
     lengths["ice"] = lengths["track"].str.endswith("-ice")

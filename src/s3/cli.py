@@ -32,11 +32,13 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]
 
 def _known_errors() -> tuple[type[Exception], ...]:
     from s3.data.rollouts import RolloutError
+    from s3.dynamics.checkpoint import CheckpointError
+    from s3.dynamics.distill import DistillError
     from s3.io import WorkspaceBusy
     from s3.sim.base import SimulatorError
     from s3.tracks.track import TrackError
 
-    return (ParamsError, RolloutError, WorkspaceBusy, SimulatorError, TrackError)
+    return (ParamsError, RolloutError, WorkspaceBusy, SimulatorError, TrackError, CheckpointError, DistillError)
 
 
 @contextlib.contextmanager
@@ -67,6 +69,30 @@ def collect(params: ParamsPath = Path("params.yaml"), set_: Overrides = None, qu
         f"collected {m['rows']} rows in {m['episodes']} episodes ({m['episodes_dropped']} dropped) "
         f"with {m['simulator_version']} -> {manifest.parent}"
     )
+
+
+MODELS_DIR, DISTILL_METRICS, DISTILL_PLOTS = Path("models"), Path("metrics/distill"), Path("plots/distill")
+
+
+@app.command()
+def distill(
+    family: Annotated[str, typer.Option(help="bicycle, ddm, transformer, dytr, or all")] = "all",
+    params: ParamsPath = Path("params.yaml"),
+    set_: Overrides = None,
+    quiet: Quiet = False,
+) -> None:
+    """Train dynamics models on data/rollouts/ and measure their predictive accuracy."""
+    from s3.dynamics.distill import comparison_table, distill_many
+    from s3.dynamics.params import FAMILIES
+
+    p = _params(params, set_)
+    with _one_line_errors():
+        if family != "all" and family not in FAMILIES:
+            raise ParamsError(f"--family: {family!r} is not one of {', '.join(FAMILIES)}, all")
+        families = list(FAMILIES) if family == "all" else [family]
+        dp = p.distill.model_copy(update={"progress_bar": p.distill.progress_bar and not quiet})
+        results = distill_many(families, Path(p.collect.out_dir), MODELS_DIR, DISTILL_METRICS, DISTILL_PLOTS, dp)
+    Console().print(comparison_table(results))
 
 
 @bench_app.command("sim")

@@ -13,6 +13,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from s3.data.params import CollectParams
+from s3.dynamics.params import DistillParams
+from s3.sim.beamng_params import BeamngParams
 from s3.sim.params import MujocoCarParams
 
 
@@ -25,12 +27,21 @@ class SimParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["mujoco"] = "mujoco"
+    backend: Literal["mujoco", "beamng"] = "mujoco"
     control_dt: float = Field(0.1, gt=0.0, le=1.0, description="control period (s)")
     mujoco: MujocoCarParams = MujocoCarParams()
+    beamng: BeamngParams = BeamngParams()
 
     @model_validator(mode="after")
     def _whole_physics_steps(self) -> SimParams:
+        if self.backend == "beamng":
+            n = self.control_dt * self.beamng.steps_per_second
+            if n < 1 or abs(n - round(n)) > 1e-6:
+                raise ValueError(
+                    f"control_dt {self.control_dt} s must be a whole number of BeamNG steps "
+                    f"(1/beamng.steps_per_second = {1 / self.beamng.steps_per_second:g} s)"
+                )
+            return self
         n = self.control_dt / self.mujoco.timestep
         if abs(n - round(n)) > 1e-6:
             raise ValueError(
@@ -47,6 +58,7 @@ class Params(BaseModel):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     sim: SimParams = SimParams()
     collect: CollectParams = CollectParams()
+    distill: DistillParams = DistillParams()
 
 
 def _apply_override(tree: dict[str, Any], assignment: str) -> None:

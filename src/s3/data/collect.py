@@ -143,7 +143,7 @@ def data_key(params: Params) -> str:
     blob = json.dumps(
         {
             "seed": params.seed,
-            "sim": params.sim.model_dump(mode="json"),
+            "sim": params.sim.model_dump(mode="json", exclude={"beamng": {"host", "port", "socket_timeout", "bng_home"}}),
             "collect": params.collect.model_dump(mode="json", exclude={"workers", "out_dir", "plot_dir"}),
             "s3": __version__,
             "schema": SCHEMA_VERSION,
@@ -195,7 +195,8 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False) -> Path
     out = root / c.out_dir
     key = data_key(params)
     n_shards = math.ceil(c.episodes / c.episodes_per_shard)
-    workers = c.workers or os.cpu_count() or 1
+    # one BeamNG instance is one world: its episodes run one after another
+    workers = 1 if params.sim.backend == "beamng" else (c.workers or os.cpu_count() or 1)
     params_json = params.model_dump_json()
     with workspace_lock(out, "s3 collect"):
         old_sha = _previous_hashes(out)
@@ -280,4 +281,8 @@ def _sim_version(backend: str) -> str:
         import mujoco
 
         return f"mujoco {mujoco.__version__}"
+    if backend == "beamng":
+        from s3.sim.beamng import sim_version
+
+        return sim_version()
     return "unknown"

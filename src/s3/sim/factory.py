@@ -16,4 +16,8 @@ def make_sim(params: SimParams) -> SourceSim:
         from s3.sim.mujoco_car import MujocoCar
 
         return MujocoCar(params.mujoco, control_dt=params.control_dt)
+    if params.backend == "beamng":
+        from s3.sim.beamng import BeamngSim  # imports beamngpy (~2 s): only for this backend
+
+        return BeamngSim(params.beamng, control_dt=params.control_dt)
     raise ValueError(f"sim.backend: unknown backend {params.backend!r}")

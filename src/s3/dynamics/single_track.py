@@ -1,0 +1,150 @@
+"""Dynamic single-track model with Pacejka lateral tyres, integrated with RK4 substeps (torch).
+
+Shared by `ddm` (coefficients from a network, per sample) and `dytr` (fixed fitted
+coefficients as the physics prior). Every force is per unit mass, so the mass is fixed
+implicitly (it cancels): tyre peaks are friction coefficients times the static axle load,
+drivetrain terms are accelerations, and the yaw inertia is a factor on m * lf * lr.
+
+    alpha_f = steer - atan2(vy + lf r, u),  alpha_r = -atan2(vy - lr r, u),   u = max(|vx|, v_lo)
+    fy_f = Df mu g lr/L sin(Cf atan(Bf a - Ef (Bf a - atan(Bf a))))        (and rear, lf/L)
+    ax   = amax tanh(((Cm1 - Cm2 vx)+ thr - Cb brk tanh(vx/0.3)) / amax),   amax = mu g (Df lr + Dr lf)/L
+    dvx  = ax - Cr0 tanh(vx/0.5) - Cr2 vx|vx| - fy_f sin(steer) + vy r
+    dvy  = fy_r + fy_f cos(steer) - vx r
+    dr   = (lf fy_f cos(steer) - lr fy_r) / (Iz lf lr)
+    dsteer = (steer_gain steering_cmd - steer) / steer_tau
+Below v_lo the lateral states relax (time constant 0.05 s) to the kinematic bicycle; between
+v_lo and v_hi the two are blended, which keeps RK4 stable at the control period for every
+coefficient inside its bounds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+G = 9.81
+
+# name: (low, high, nominal) -- the bounded physical ranges the ddm's sigmoid maps into
+COEFFS: dict[str, tuple[float, float, float]] = {
+    "Bf": (3.0, 20.0, 10.0),  # 1/rad Pacejka stiffness factor, front
+    "Cf": (0.8, 2.0, 1.4),  # shape factor
+    "Df": (0.05, 1.5, 1.0),  # peak friction coefficient (times the label mu when it is used)
+    "Ef": (-1.0, 0.9, 0.0),  # curvature factor
+    "Br": (3.0, 20.0, 10.0),
+    "Cr": (0.8, 2.0, 1.4),
+    "Dr": (0.05, 1.5, 1.0),
+    "Er": (-1.0, 0.9, 0.0),
+    "Cm1": (0.0, 15.0, 5.0),  # m/s^2 drive acceleration at full throttle, at rest
+    "Cm2": (0.0, 0.5, 0.1),  # 1/s drive fade with speed
+    "Cr0": (0.0, 1.5, 0.2),  # m/s^2 rolling resistance
+    "Cr2": (0.0, 0.01, 0.001),  # 1/m aerodynamic drag
+    "Cb": (0.0, 20.0, 8.0),  # m/s^2 brake deceleration demand at full brake
+    "Iz": (0.4, 2.5, 1.0),  # yaw inertia / (m lf lr)
+    "steer_gain": (0.05, 1.2, 0.4),  # rad road-wheel angle per unit steering command
+    "steer_tau": (0.03, 0.6, 0.1),  # s steering actuator time constant
+}
+COEFF_NAMES = tuple(COEFFS)
+P = len(COEFF_NAMES)
+
+
+def coeff_bounds() -> tuple[Tensor, Tensor]:
+    lo = torch.tensor([v[0] for v in COEFFS.values()])
+    hi = torch.tensor([v[1] for v in COEFFS.values()])
+    return lo, hi
+
+
+def bound(logits: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+    """Unbounded [N, P] -> physical coefficients inside [lo, hi]."""
+    return lo + (hi - lo) * torch.sigmoid(logits)
+
+
+def unbound(values: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+    """Inverse of `bound` (values clamped just inside the range)."""
+    u = ((values - lo) / (hi - lo)).clamp(1e-3, 1 - 1e-3)
+    return torch.log(u) - torch.log1p(-u)
+
+
+def nominal_coeffs(fit: dict[str, float] | None = None, dt: float = 0.1) -> Tensor:
+    """Nominal coefficients [P], actuator and drivetrain terms taken from a bicycle fit if given."""
+    v = {k: c[2] for k, c in COEFFS.items()}
+    if fit:
+        v["Cm1"], v["Cm2"] = fit["k_thr"], -fit["k_thr_v"]
+        v["Cb"], v["Cr0"], v["Cr2"] = fit["k_brake"], fit["k_roll"], fit["k_drag"]
+        decay = min(max(fit["steer_decay"], 1e-3), 0.999)
+        v["steer_gain"] = fit["steer_gain"] / (1 - decay)
+        v["steer_tau"] = -dt / math.log(decay)
+    return torch.tensor([min(max(v[k], COEFFS[k][0]), COEFFS[k][1]) for k in COEFF_NAMES])
+
+
+def _pacejka(alpha: Tensor, b: Tensor, c: Tensor, e: Tensor) -> Tensor:
+    ba = b * alpha
+    return torch.sin(c * torch.atan(ba - e * (ba - torch.atan(ba))))
+
+
+WHEELBASE_RANGE = (1.0, 6.0)  # m
+LR_FRAC_RANGE = (0.25, 0.75)  # lr / wheelbase
+
+
+class SingleTrack(nn.Module):
+    """x[t+1] = RK4^substeps(x[t], a[t], coeffs, mu) for x = (vx, vy, yaw_rate, steer).
+
+    The geometry (wheelbase, lr / wheelbase) is one global, bounded, learnable pair, initialised
+    from the bicycle fit: a vehicle's geometry does not change from sample to sample.
+    """
+
+    def __init__(
+        self, wheelbase: float, lr: float, dt: float, substeps: int = 2, v_blend: tuple[float, float] = (1.0, 3.0)
+    ) -> None:
+        super().__init__()
+        self.dt, self.substeps = float(dt), int(substeps)
+        self.v_lo, self.v_hi = float(v_blend[0]), float(v_blend[1])
+        init = torch.tensor([wheelbase, lr / wheelbase])
+        lo, hi = torch.tensor([WHEELBASE_RANGE[0], LR_FRAC_RANGE[0]]), torch.tensor([WHEELBASE_RANGE[1], LR_FRAC_RANGE[1]])
+        self.register_buffer("geom_lo", lo)
+        self.register_buffer("geom_hi", hi)
+        self.geom_logits = nn.Parameter(unbound(init, lo, hi))
+
+    def geometry(self) -> tuple[Tensor, Tensor]:
+        """(lf, lr) in m, 0-dim tensors."""
+        wb, frac = bound(self.geom_logits, self.geom_lo, self.geom_hi).unbind(0)
+        return wb * (1 - frac), wb * frac
+
+    def derivs(self, x: Tensor, a: Tensor, c: Tensor, mu: Tensor, lf: Tensor, lr: Tensor) -> Tensor:
+        """x [N, 4], a [N, 3], c [N, P] physical coefficients, mu [N], lf, lr [] -> dx/dt [N, 4]."""
+        vx, vy, r, d = x.unbind(1)
+        steer_cmd, thr, brk = a.unbind(1)
+        bf, cf, df, ef, br, cr, dr_, er, cm1, cm2, cr0, cr2, cb, iz, sg, st = c.unbind(1)
+        wb = lf + lr
+        u = vx.abs().clamp(min=self.v_lo)
+        fy_f = df * mu * (G * lr / wb) * _pacejka(d - torch.atan2(vy + lf * r, u), bf, cf, ef)  # [N] m/s^2
+        fy_r = dr_ * mu * (G * lf / wb) * _pacejka(-torch.atan2(vy - lr * r, u), br, cr, er)
+        amax = (mu * G * (df * lr + dr_ * lf) / wb).clamp(min=0.05)
+        ax = (torch.relu(cm1 - cm2 * vx) * thr - cb * brk * torch.tanh(vx / 0.3)) / amax
+        ax = amax * torch.tanh(ax) - cr0 * torch.tanh(vx / 0.5) - cr2 * vx * vx.abs()
+        cd, sd = torch.cos(d), torch.sin(d)
+        dvx = ax - fy_f * sd + vy * r
+        dvy_dyn = fy_r + fy_f * cd - vx * r
+        dr_dyn = (lf * fy_f * cd - lr * fy_r) / (iz * lf * lr)
+        td = torch.tan(d)
+        lam = ((vx.abs() - self.v_lo) / (self.v_hi - self.v_lo)).clamp(0.0, 1.0)
+        dvy = lam * dvy_dyn + (1 - lam) * (vx * td * lr / wb - vy) / 0.05
+        dr = lam * dr_dyn + (1 - lam) * (vx * td / wb - r) / 0.05
+        dd = (sg * steer_cmd - d) / st
+        return torch.stack([dvx, dvy, dr, dd], dim=1)
+
+    def forward(self, x: Tensor, a: Tensor, c: Tensor, mu: Tensor | None = None) -> Tensor:
+        """One control period: x [N, 4], a [N, 3], c [N, P] (or [P]), mu [N] | None -> [N, 4]."""
+        if c.dim() == 1:
+            c = c.expand(x.shape[0], -1)
+        mu = x.new_ones(x.shape[0]) if mu is None else mu
+        h = self.dt / self.substeps
+        g = self.geometry()
+        for _ in range(self.substeps):
+            k1 = self.derivs(x, a, c, mu, *g)
+            k2 = self.derivs(x + 0.5 * h * k1, a, c, mu, *g)
+            k3 = self.derivs(x + 0.5 * h * k2, a, c, mu, *g)
+            k4 = self.derivs(x + h * k3, a, c, mu, *g)
+            x = x + (h / 6) * (k1 + 2 * k2 + 2 * k3 + k4)
+        return x

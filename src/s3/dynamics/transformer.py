@@ -1,0 +1,98 @@
+"""Black-box causal transformer over the history tokens, predicting the normalised state change.
+
+Token j (j = 0..K-1) is history row t-K+1+j: (normalised state, normalised command applied from
+it, normalised friction label if used). The last token carries the current state and the
+command being applied, so its output predicts s[t+1] - s[t]. Only the last token's output is
+needed: the final block computes its query alone (earlier blocks must run on every token).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from s3.dynamics.base import DynamicsModel, step_actions
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: causal self-attention + MLP."""
+
+    def __init__(self, d: int, heads: int, mlp_ratio: int) -> None:
+        super().__init__()
+        if d % heads:
+            raise ValueError(f"d_model {d} is not divisible by heads {heads}")
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, mlp_ratio * d), nn.GELU(), nn.Linear(mlp_ratio * d, d))
+
+    def forward(self, x: Tensor, last_only: bool = False) -> Tensor:
+        """x [N, T, D] -> [N, T, D], or [N, 1, D] (the last token only) if last_only."""
+        n, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)  # [N, T, D] each
+        k = k.view(n, t, self.heads, d // self.heads).transpose(1, 2)  # [N, h, T, D/h]
+        v = v.view(n, t, self.heads, d // self.heads).transpose(1, 2)
+        if last_only:  # the last token attends to everything: no mask needed
+            x = x[:, -1:]
+            q = q[:, -1:].view(n, 1, self.heads, d // self.heads).transpose(1, 2)  # [N, h, 1, D/h]
+            y = F.scaled_dot_product_attention(q, k, v)
+        else:
+            q = q.view(n, t, self.heads, d // self.heads).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(n, -1, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class CausalTransformer(nn.Module):
+    """Token features [N, T, F] -> the last token's output features [N, D]."""
+
+    def __init__(self, in_dim: int, d_model: int, layers: int, heads: int, mlp_ratio: int, max_len: int) -> None:
+        super().__init__()
+        self.embed = nn.Linear(in_dim, d_model)
+        self.pos = nn.Parameter(torch.zeros(max_len, d_model))
+        nn.init.normal_(self.pos, std=0.02)
+        self.blocks = nn.ModuleList(Block(d_model, heads, mlp_ratio) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d_model)
+
+    def forward(self, tokens: Tensor, extra_last: Tensor | None = None) -> Tensor:
+        """tokens [N, T, F]; extra_last [N, D] is added to the last token's embedding."""
+        x = self.embed(tokens) + self.pos[: tokens.shape[1]]  # [N, T, D]
+        if extra_last is not None:
+            x = torch.cat([x[:, :-1], x[:, -1:] + extra_last[:, None]], dim=1)
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, last_only=i == len(self.blocks) - 1)
+        return self.ln_f(x[:, -1])  # [N, D]
+
+
+def history_tokens(model: DynamicsModel, hs: Tensor, ha: Tensor, a: Tensor, mu: Tensor | None) -> Tensor:
+    """[N, K, S], [N, K, A], [N, A], [N] | None -> normalised tokens [N, K, S + A (+1)]."""
+    parts = [model.norm.state(hs), model.norm.action(step_actions(ha, a))]
+    if mu is not None:
+        parts.append(model.norm.mu(mu)[:, None, None].expand(-1, hs.shape[1], 1))
+    return torch.cat(parts, dim=2)
+
+
+class TransformerModel(DynamicsModel):
+    """s[t+1] = s[t] + denormalise(head(transformer(history tokens)))."""
+
+    family = "transformer"
+
+    def __init__(self, history: int, dt: float, use_mu: bool, d_model: int = 64, layers: int = 2, heads: int = 4, mlp_ratio: int = 2, **kw: Any) -> None:
+        super().__init__(history, dt, use_mu, **kw)
+        self.sizes = {"d_model": d_model, "layers": layers, "heads": heads, "mlp_ratio": mlp_ratio}
+        in_dim = self.state_dim + self.action_dim + int(use_mu)
+        self.net = CausalTransformer(in_dim, d_model, layers, heads, mlp_ratio, history)
+        self.head = nn.Linear(d_model, self.state_dim)
+        nn.init.zeros_(self.head.weight)  # start as "mean state change"
+        nn.init.zeros_(self.head.bias)
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), **self.sizes}
+
+    def forward_step(self, hs: Tensor, ha: Tensor, a: Tensor, mu: Tensor | None) -> Tensor:
+        z = self.head(self.net(history_tokens(self, hs, ha, a, mu)))  # [N, S] normalised change
+        return hs[:, -1] + z * self.norm.delta_std + self.norm.delta_mean

@@ -1,0 +1,396 @@
+"""BeamNG.tech as an s3 source simulator, driven through the public API of beamngpy 1.36.
+
+Connection. `BeamNGpy(host, port, quit_on_close=False, socket_timeout=...).open(launch=False)`
+attaches to a BeamNG.tech that is already running with its research port open (when
+`bng_home` is set and nothing answers, beamngpy launches that install instead). beamngpy 1.36
+speaks protocol "v1.27" and pairs with BeamNG.tech 0.39. `close()` disconnects and leaves the
+simulator running.
+
+Scenario. Each track geometry becomes one scenario on a flat level (`level`, default
+"smallgrid"): one looped DecalRoad whose nodes are the track's road centre (centerline shifted
+by (w_left - w_right)/2 along the normal) with width w_left + w_right, plus the vehicle. A track
+and its patch-free copy share the geometry, so they share the scenario; a new geometry costs a
+scenario load. Off-track, progress and all metrics come from s3's own `Track`, never from BeamNG.
+
+Time. Deterministic mode at `steps_per_second`; the simulation stays paused and one control
+period is `control_dt * steps_per_second` steps (`bng.control.step`). State time counts control
+periods since the last reset.
+
+Conventions, BeamNG -> s3 (`s3.sim.base`):
+- World: BeamNG is right-handed, z up, metres; its x/y are used unchanged (minus `origin`), so
+  s3's x east / y north are the level's +x/+y.
+- Vehicle frame: BeamNG's vehicle space is +X left, +Y backward, +Z up, forward = -Y (refnode
+  frame, docs.beamng.com "Coordinate systems"). A rotation quaternion (x, y, z, w) therefore
+  faces the car along R(0, -1, 0): s3 yaw psi is the rotation about z by psi + pi/2, and
+  `rot_quat = (0, 0, sin((psi + pi/2)/2), cos((psi + pi/2)/2))`.
+- State sensor: `dir` (unit forward vector) and `vel` (m/s) are world frame; `pos` is the
+  vehicle's reference node. yaw = atan2(dir_y, dir_x); vx, vy = vel projected on the horizontal
+  forward and left axes (the same projection the MuJoCo car uses).
+- Yaw rate: the State sensor has no angular velocity. Each control period is stepped as
+  (n - 1) steps, a State poll, 1 step, a full poll; yaw_rate = wrap(yaw_end - yaw_before) *
+  steps_per_second, the mean over the last step (10 ms at 100 steps/s), i.e. half a step late.
+- Steering input: BeamNG's `steering` input is +1 = full RIGHT (vehicle-Lua `input.event`, as in
+  BeamNG's AI: `steering = asin(rightVec . target)`), so s3's command (+1 = left) is negated.
+- Steering angle: electrics `steering` is the steering-wheel angle in degrees, + = LEFT
+  (hydros.lua: `-state_in_input_space * steeringWheelLock`). s3's road-wheel angle is
+  `steering / steering_wheel_lock * max_steer` (linear rack assumed); without it,
+  `-steering_input * max_steer`.
+- Wheel speeds: electrics `wheelspeed` is one value (m/s) for the whole car; it is repeated for
+  fl, fr, rl, rr.
+- Friction labels: s3's `track.friction_at` at approximate wheel positions (centre +-
+  wheelbase/2 forward, +- track_width/2 left), not what BeamNG's surface is.
+
+Reset. `bng.vehicles.teleport(..., reset=True)` resets the vehicle (inputs and velocity) at a
+pose. beamngpy cannot set a velocity instantly: `vehicle.set_velocity(v, dt)` accelerates the
+car with forces over dt seconds. A reset with speed v > 0 therefore teleports the car
+v * T / 2 behind the requested pose on the requested heading (T = max(runup_time, v / 30)),
+calls set_velocity(v, T) and steps T seconds with zero inputs; the car arrives at about the
+requested pose (straight line, exact heading and lateral position, longitudinal error of the
+order of v / (2 steps_per_second)) at about speed v. The run-up happens on the default surface.
+
+Ice patches (beamngpy has no friction API):
+- `friction_mode: lua` (default). While the car's centre is on a patch, ONE fixed GE Lua chunk
+  (`FRICTION_LUA`, sent with `bng.control.queue_lua_command`) scales the static and sliding
+  friction of `ground_model` to (patch mu / track base_mu) times their values when s3 first
+  touched them, through `core_environment.groundModels[name].cdata` and `be:setGroundModel` (also
+  for its aliases); the same chunk with scale 1 restores them when the car leaves the patch, at
+  reset and at close. Limitation: a ground model is global, so the whole level (every wheel, every
+  surface using that ground model) turns icy at once, switched once per control period from the
+  centre position, whereas the embedded simulator applies patches per wheel at every physics step.
+  `ground_model` must name the ground model under the car on the chosen level (and road).
+- `friction_mode: level`: nothing is sent; the user supplies a level whose materials are icy where
+  s3's track has patches (and lays the track there with `origin`). Limitation: s3 cannot check that
+  the level's ice matches its patches; the friction labels still come from s3's geometry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from s3.sim.base import Control, SimulatorError, VehicleState
+from s3.sim.beamng_params import BeamngParams
+
+if TYPE_CHECKING:
+    from s3.tracks.track import Track
+
+# The one GE Lua chunk s3 sends (lua friction mode). Placeholders: {gm} the ground model name
+# (A-Z, 0-9, _), {scale} the friction factor relative to the values first seen, as "%.6f".
+# `s3_mu0` (a raw global in the GE VM) keeps those first-seen values so that restoring is exact.
+FRICTION_LUA = (
+    "local n, k = '{gm}', {scale} "
+    "local G = core_environment.groundModels "
+    "local gm = G[n] "
+    "if not gm then error('s3: unknown ground model ' .. n) end "
+    "local s = rawget(_G, 's3_mu0') or {{}} "
+    "rawset(_G, 's3_mu0', s) "
+    "s[n] = s[n] or {{gm.cdata.staticFrictionCoefficient, gm.cdata.slidingFrictionCoefficient}} "
+    "gm.cdata.staticFrictionCoefficient = s[n][1] * k "
+    "gm.cdata.slidingFrictionCoefficient = s[n][2] * k "
+    "for name, g in pairs(G) do if name == n or g.parent == n then be:setGroundModel(name, gm.cdata) end end"
+)
+
+SET_VELOCITY_MAX_PER_S = 30.0  # beamngpy: dt = 1 s suits velocities up to 30 m/s
+
+
+def friction_lua(ground_model: str, scale: float) -> str:
+    """The friction chunk for `ground_model` scaled by `scale` (1 restores the original)."""
+    return FRICTION_LUA.format(gm=ground_model, scale=f"{scale:.6f}")
+
+
+def sim_version() -> str:
+    """Client library and wire protocol, the provenance of BeamNG data (imports beamngpy)."""
+    import beamngpy
+    from beamngpy.connection import Connection
+
+    return f"beamngpy {str(beamngpy.__version__).strip()} (protocol {Connection.PROTOCOL_VERSION})"
+
+
+def yaw_to_rot_quat(yaw: float) -> tuple[float, float, float, float]:
+    """BeamNG rotation (x, y, z, w) that faces a vehicle (forward = local -Y) along s3 yaw."""
+    half = 0.5 * (yaw + 0.5 * math.pi)
+    return (0.0, 0.0, math.sin(half), math.cos(half))
+
+
+def wrap_angle(a: float) -> float:
+    """Wrap to (-pi, pi]."""
+    return float(math.pi - np.mod(math.pi - a, 2.0 * math.pi))
+
+
+def road_nodes(track: Track, origin: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> list[tuple[float, ...]]:
+    """DecalRoad nodes (x, y, z, width) of a track in the level: the road's middle and full width."""
+    xy = np.asarray(track.centerline, dtype=np.float64)
+    h = np.asarray(track.heading, dtype=np.float64)
+    shift = 0.5 * (track.w_left - track.w_right)
+    mid = xy + shift[:, None] * np.stack([-np.sin(h), np.cos(h)], axis=1)
+    width = track.w_left + track.w_right
+    return [
+        (float(x + origin[0]), float(y + origin[1]), float(origin[2]), float(w))
+        for (x, y), w in zip(mid, width, strict=True)
+    ]
+
+
+def geometry_key(track: Track) -> str:
+    """Identity of a track's road geometry (patches excluded)."""
+    h = hashlib.sha1()
+    for arr in (track.centerline, track.w_left, track.w_right):
+        h.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
+    return h.hexdigest()[:12]
+
+
+class BeamngSim:
+    """BeamNG.tech behind `s3.sim.base.SourceSim` (see the module docstring for conventions)."""
+
+    name = "beamng"
+
+    def __init__(self, params: BeamngParams | None = None, control_dt: float = 0.1) -> None:
+        self.params = p = params or BeamngParams()
+        self.control_dt = float(control_dt)
+        self.steps = int(round(self.control_dt * p.steps_per_second))
+        if self.steps < 1 or abs(self.steps - self.control_dt * p.steps_per_second) > 1e-6:
+            raise ValueError(f"control_dt {control_dt} s is not a whole number of 1/{p.steps_per_second} s steps")
+        self.wheelbase = p.wheelbase
+        self.max_steer = p.max_steer
+        self.version = sim_version()
+        self._origin = np.array(p.origin[:2], dtype=np.float64)
+        self._bng: Any = None
+        self._vehicle: Any = None
+        self._scenario_key: str | None = None
+        self._track: Track | None = None
+        self._scale = 1.0  # friction factor currently applied to ground_model (lua mode)
+        self._k = 0  # control periods since reset
+        self._mu_centre = 1.0  # s3 friction at the car's centre in the last state
+        self._yaw_prev = 0.0
+        self.lua_sent: list[str] = []  # friction chunks sent, in order (for inspection)
+        self._connect()
+
+    # -- connection ------------------------------------------------------------------------
+    def _connect(self) -> None:
+        from beamngpy import BeamNGpy
+
+        p = self.params
+        bng = BeamNGpy(p.host, p.port, home=p.bng_home, quit_on_close=False, socket_timeout=p.socket_timeout)
+        try:
+            bng.open(launch=p.bng_home is not None)
+        except Exception as e:  # noqa: BLE001 - beamngpy raises several unrelated types here
+            raise SimulatorError(
+                f"cannot reach BeamNG.tech at {p.host}:{p.port} ({type(e).__name__}: {e}); start it with its "
+                f"research port open (BeamNG.tech -tcom -tport {p.port}) or set sim.beamng.bng_home"
+            ) from None
+        self._bng = bng
+        self._scenario_key = None
+        self._scale = 1.0
+
+    def _ensure_scenario(self, track: Track) -> None:
+        """Load a scenario with `track`'s road unless the current one already has its geometry."""
+        key = geometry_key(track)
+        if key == self._scenario_key:
+            return
+        from beamngpy import Road, Scenario, Vehicle
+        from beamngpy.sensors import Electrics
+
+        p, bng = self.params, self._bng
+        self._set_friction(1.0)  # the ground model outlives the scenario
+        if self._vehicle is not None:
+            self._vehicle.disconnect()
+            self._vehicle = None
+        scenario = Scenario(p.level, f"s3_{key}", description="s3 track (generated)")
+        road = Road(p.road_material, rid=f"s3_road_{key}", looped=True)
+        road.add_nodes(*road_nodes(track, p.origin))
+        scenario.add_road(road)
+        options = {"part_config": p.part_config} if p.part_config else {}
+        vehicle = Vehicle(p.vehicle_id, model=p.vehicle_model, license="S3", **options)
+        vehicle.sensors.attach("electrics", Electrics())
+        x0, y0 = track.centerline[0] + self._origin
+        scenario.add_vehicle(
+            vehicle, pos=(float(x0), float(y0), p.origin[2]), rot_quat=yaw_to_rot_quat(float(track.heading[0]))
+        )
+        scenario.make(bng)
+        bng.scenario.load(scenario)
+        bng.scenario.start()
+        bng.settings.set_deterministic(p.steps_per_second)
+        bng.control.pause()
+        self._bound_vehicle_socket(vehicle)
+        if p.shift_mode is not None:
+            vehicle.set_shift_mode(p.shift_mode)
+        self._vehicle = vehicle
+        self._scenario_key = key
+        self._scale = 1.0
+
+    def _bound_vehicle_socket(self, vehicle: Any) -> None:
+        """beamngpy 1.36 opens vehicle sockets without socket_timeout: give them the same one."""
+        t = self.params.socket_timeout
+        conn = getattr(vehicle, "connection", None)
+        skt = getattr(conn, "skt", None)
+        if conn is None or skt is None:
+            return
+        conn.timeout = t
+        skt.timeout = t
+        if getattr(skt, "skt", None) is not None:
+            skt.skt.settimeout(t)
+
+    # -- SourceSim -------------------------------------------------------------------------
+    def reset(self, track: Track, x: float, y: float, yaw: float, speed: float) -> VehicleState:
+        """Teleport the car to (x, y, yaw) on `track` (loading its road if new) moving at `speed`."""
+        try:
+            if self._bng is None:
+                self._connect()
+            self._ensure_scenario(track)
+            self._track = track
+            self._set_friction(1.0)
+            p, veh = self.params, self._vehicle
+            speed = max(0.0, float(speed))
+            if speed > 0.05:
+                runup = max(p.runup_time, speed / SET_VELOCITY_MAX_PER_S)
+                back = 0.5 * speed * runup
+                self._teleport(x - back * math.cos(yaw), y - back * math.sin(yaw), yaw)
+                veh.control(steering=0.0, throttle=0.0, brake=0.0, parkingbrake=0.0)
+                veh.set_velocity(speed, runup)
+                yaw_rate = self._advance(max(1, int(round(runup * p.steps_per_second))))
+            else:
+                self._teleport(x, y, yaw)
+                veh.control(steering=0.0, throttle=0.0, brake=0.0, parkingbrake=0.0)
+                yaw_rate = self._advance(p.settle_steps)  # let BeamNG carry out the reset before reading
+            self._k = 0
+            state = self._state(yaw_rate)
+            self._update_friction()
+            return state
+        except SimulatorError:
+            self._drop()
+            raise
+        except Exception as e:  # noqa: BLE001 - any client/socket failure ends the episode
+            self._drop()
+            raise SimulatorError(f"BeamNG reset failed: {type(e).__name__}: {e}") from None
+
+    def step(self, control: Control) -> VehicleState:
+        """Hold `control` for one control period of deterministic steps; return the new state."""
+        if self._vehicle is None:
+            raise SimulatorError("BeamNG: step() before reset()")
+        try:
+            # BeamNG steering input is +1 = right; s3's is +1 = left
+            self._vehicle.control(steering=-control.steering, throttle=control.throttle, brake=control.brake)
+            yaw_rate = self._advance(self.steps)
+            self._k += 1
+            state = self._state(yaw_rate)
+            self._update_friction()
+            return state
+        except SimulatorError:
+            self._drop()
+            raise
+        except Exception as e:  # noqa: BLE001
+            self._drop()
+            raise SimulatorError(f"BeamNG step failed: {type(e).__name__}: {e}") from None
+
+    def close(self) -> None:
+        """Restore the ground model, disconnect; BeamNG.tech keeps running (quit_on_close=False)."""
+        if self._bng is None:
+            return
+        try:
+            self._set_friction(1.0)
+        except Exception:  # noqa: BLE001 - closing must not raise
+            pass
+        try:
+            self._bng.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self._bng = self._vehicle = None
+        self._scenario_key = None
+
+    # -- internals -------------------------------------------------------------------------
+    def _drop(self) -> None:
+        """After a failure the connection state is unknown: reconnect at the next reset."""
+        bng, self._bng, self._vehicle, self._scenario_key = self._bng, None, None, None
+        if bng is not None:
+            try:
+                bng.disconnect()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _teleport(self, x: float, y: float, yaw: float) -> None:
+        p = self.params
+        pos = (float(x + p.origin[0]), float(y + p.origin[1]), float(p.origin[2]))
+        ok = self._bng.vehicles.teleport(
+            self._vehicle, pos, rot_quat=yaw_to_rot_quat(yaw), reset=True, safe_spawn=p.safe_spawn
+        )
+        if not ok:
+            raise SimulatorError(f"BeamNG refused to teleport the vehicle to {pos}")
+
+    def _advance(self, n: int) -> float:
+        """Step n deterministic steps; return the yaw rate over the last one (rad/s)."""
+        bng, veh = self._bng, self._vehicle
+        if n > 1:
+            bng.control.step(n - 1)
+            veh.sensors.poll("state")
+            before = self._yaw(veh.sensors["state"])
+            bng.control.step(1)
+            veh.sensors.poll()
+            return wrap_angle(self._yaw(veh.sensors["state"]) - before) * self.params.steps_per_second
+        bng.control.step(1)
+        veh.sensors.poll()
+        return wrap_angle(self._yaw(veh.sensors["state"]) - self._yaw_prev) * self.params.steps_per_second
+
+    @staticmethod
+    def _yaw(state: dict[str, Any]) -> float:
+        d = state.get("dir")
+        if d is None or len(d) < 2:
+            raise SimulatorError("BeamNG State sensor returned no direction")
+        return math.atan2(float(d[1]), float(d[0]))
+
+    def _state(self, yaw_rate: float) -> VehicleState:
+        p = self.params
+        st, el = self._vehicle.sensors["state"], self._vehicle.sensors["electrics"]
+        try:
+            pos = np.asarray(st["pos"], dtype=np.float64)[:2] - self._origin
+            vel = np.asarray(st["vel"], dtype=np.float64)
+        except (KeyError, TypeError, ValueError) as e:
+            raise SimulatorError(f"BeamNG State sensor incomplete: {e}") from None
+        yaw = self._yaw(st)
+        self._yaw_prev = yaw
+        c, s = math.cos(yaw), math.sin(yaw)
+        if "steering" in el:
+            steer = float(el["steering"]) / p.steering_wheel_lock * p.max_steer
+        else:
+            steer = -float(el.get("steering_input", 0.0)) * p.max_steer
+        ws = float(el.get("wheelspeed", math.nan))
+        x, y = float(pos[0]), float(pos[1])
+        mu = self._wheel_mu(x, y, yaw)
+        self._mu_centre = float(mu[4])
+        return VehicleState(
+            time=self._k * self.control_dt,
+            x=x,
+            y=y,
+            yaw=yaw,
+            vx=float(c * vel[0] + s * vel[1]),
+            vy=float(-s * vel[0] + c * vel[1]),
+            yaw_rate=float(yaw_rate),
+            steer=steer,
+            wheel_speed=np.full(4, ws),
+            friction=mu[:4],
+        )
+
+    def _wheel_mu(self, x: float, y: float, yaw: float) -> np.ndarray:
+        """s3's friction at fl, fr, rl, rr (approximate wheel positions) and at the centre."""
+        p = self.params
+        f = np.array([math.cos(yaw), math.sin(yaw)])
+        left = np.array([-f[1], f[0]])
+        a, b = 0.5 * p.wheelbase, 0.5 * p.track_width
+        pts = np.array([a * f + b * left, a * f - b * left, -a * f + b * left, -a * f - b * left, 0 * f]) + [x, y]
+        if self._track is None:
+            return np.ones(5)
+        return self._track.friction_at(pts)
+
+    def _update_friction(self) -> None:
+        if self.params.friction_mode != "lua" or self._track is None:
+            return
+        self._set_friction(self._mu_centre / self._track.base_mu)
+
+    def _set_friction(self, scale: float) -> None:
+        if self.params.friction_mode != "lua" or abs(scale - self._scale) < 1e-9 or self._bng is None:
+            return
+        chunk = friction_lua(self.params.ground_model, scale)
+        self._bng.control.queue_lua_command(chunk)
+        self.lua_sent.append(chunk)
+        self._scale = scale

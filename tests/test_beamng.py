@@ -1,0 +1,299 @@
+"""BeamNG backend end to end: the real beamngpy client, the adapter, and the protocol stand-in.
+
+The stand-in (`s3.sim.beamng_standin`) shares its physics with the embedded MuJoCo car, so any
+difference between the two backends on the same track and controls comes from the adapter's
+conversions (axes, heading, steering sign, units) or the protocol, which is what these tests
+pin down.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from s3.config import load_params
+from s3.data import collect as collect_mod
+from s3.data.collect import collect
+from s3.data.rollouts import load_rollouts, read_manifest
+from s3.data.schema import COLUMNS
+from s3.sim.base import Control, SimulatorError, SourceSim
+from s3.sim.beamng import FRICTION_LUA, BeamngSim, friction_lua, yaw_to_rot_quat
+from s3.sim.beamng_params import BeamngParams
+from s3.sim.beamng_standin import FRICTION_RE, PROTOCOL_VERSION, BeamngStandin, recv_frame, send_frame
+from s3.sim.factory import make_sim
+from s3.sim.mujoco_car import MujocoCar
+from s3.tracks.track import FrictionPatch, Track
+
+pytestmark = pytest.mark.timeout(60)
+TIMEOUT = 10.0  # s, socket_timeout for beamngpy in these tests
+
+
+@pytest.fixture(scope="module")
+def standin() -> BeamngStandin:
+    with BeamngStandin() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def sim(standin: BeamngStandin) -> BeamngSim:
+    s = BeamngSim(BeamngParams(port=standin.port, socket_timeout=TIMEOUT))
+    yield s
+    s.close()
+
+
+def circle_track(radius: float = 300.0, n: int = 600, patches: tuple[FrictionPatch, ...] = ()) -> Track:
+    a = np.linspace(0.0, 2.0 * np.pi, n, endpoint=False)
+    xy = np.stack([radius * np.cos(a) + 40.0, radius * np.sin(a) - 25.0], axis=1)
+    return Track("circle", xy, np.full(n, 5.0), np.full(n, 4.0), patches)
+
+
+def raw_client(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+# -- protocol ----------------------------------------------------------------------------------
+def test_protocol_version_is_the_one_beamngpy_speaks(standin: BeamngStandin) -> None:
+    """A beamngpy upgrade that changes the wire protocol must fail here, not in a user's lab."""
+    import beamngpy
+    from beamngpy.connection import Connection
+
+    assert beamngpy.__version__.startswith("1.36")
+    assert Connection.PROTOCOL_VERSION == PROTOCOL_VERSION == "v1.27"
+    with raw_client(standin.port) as c:
+        send_frame(c, {"type": "Hello", "protocolVersion": "v1.27", "_id": 0})
+        assert recv_frame(c) == {"type": "Hello", "protocolVersion": "v1.27", "_id": 0}
+        send_frame(c, {"type": "GetEnvironmentPaths", "_id": 1})
+        assert recv_frame(c)["_id"] == 1
+
+
+def test_wrong_version_is_rejected(standin: BeamngStandin, monkeypatch: pytest.MonkeyPatch) -> None:
+    with raw_client(standin.port) as c:
+        send_frame(c, {"type": "Hello", "protocolVersion": "v1.26", "_id": 0})
+        assert recv_frame(c)["protocolVersion"] == "v1.27"
+        assert recv_frame(c) is None  # then the stand-in hangs up
+    from beamngpy import BeamNGpy
+    from beamngpy.connection import Connection
+    from beamngpy.logging import BNGError
+
+    monkeypatch.setattr(Connection, "PROTOCOL_VERSION", "v1.26")
+    with pytest.raises(BNGError, match="Mismatching"):
+        BeamNGpy("127.0.0.1", standin.port, quit_on_close=False, socket_timeout=TIMEOUT).open(launch=False)
+
+
+def test_strict_about_hello_and_request_ids(standin: BeamngStandin) -> None:
+    with raw_client(standin.port) as c:
+        send_frame(c, {"type": "GetSystemInfo", "_id": 0})
+        assert "Hello" in recv_frame(c)["bngError"]
+        assert recv_frame(c) is None
+    with raw_client(standin.port) as c:
+        send_frame(c, {"type": "Hello", "protocolVersion": "v1.27", "_id": 0})
+        recv_frame(c)
+        send_frame(c, {"type": "GetSystemInfo", "_id": 5})
+        reply = recv_frame(c)
+        assert reply["_id"] == 5 and "out of sequence" in reply["bngError"]
+
+
+def test_unknown_message_raises_in_beamngpy(standin: BeamngStandin) -> None:
+    from beamngpy import BeamNGpy
+    from beamngpy.logging import BNGError
+
+    bng = BeamNGpy("127.0.0.1", standin.port, quit_on_close=False, socket_timeout=TIMEOUT).open(launch=False)
+    try:
+        with pytest.raises(BNGError, match="Unknown message type: GameStateRequest"):
+            bng.control.get_gamestate()
+        with pytest.raises(BNGError, match="friction template"):
+            bng.control.queue_lua_command("print('hello')")
+        assert bng.system.get_environment_paths()["home"]  # the socket is still usable afterwards
+    finally:
+        bng.disconnect()
+
+
+def test_unreachable_simulator_is_a_simulator_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    with pytest.raises(SimulatorError, match="cannot reach BeamNG.tech"):
+        BeamngSim(BeamngParams(port=port, socket_timeout=2.0))
+
+
+def test_friction_template_is_fixed_and_parsed_exactly() -> None:
+    chunk = friction_lua("ASPHALT", 0.25)
+    m = FRICTION_RE.fullmatch(chunk)
+    assert m and m["gm"] == "ASPHALT" and float(m["scale"]) == 0.25
+    assert "be:setGroundModel(name, gm.cdata)" in chunk and "core_environment.groundModels" in chunk
+    assert FRICTION_RE.fullmatch(chunk.replace("* k", "* 2")) is None
+    assert FRICTION_LUA.count("{gm}") == 1 and FRICTION_LUA.count("{scale}") == 1
+
+
+def test_yaw_quaternion_faces_the_car_along_yaw() -> None:
+    """BeamNG vehicles face local -Y: the quaternion must rotate (0, -1, 0) onto (cos yaw, sin yaw)."""
+    from beamngpy.misc.quat import compute_rotation_matrix
+
+    for yaw in (0.0, 0.7, math.pi / 2, -2.5, math.pi):
+        fwd = compute_rotation_matrix(yaw_to_rot_quat(yaw)) @ np.array([0.0, -1.0, 0.0])
+        np.testing.assert_allclose(fwd, [math.cos(yaw), math.sin(yaw), 0.0], atol=1e-12)
+
+
+# -- the adapter against the embedded simulator ---------------------------------------------------
+CONTROLS = [Control(0.0, 0.7, 0.0)] * 8 + [Control(0.4, 0.5, 0.0)] * 10 + [Control(-0.5, 0.0, 0.3)] * 12
+
+
+def drive(s: SourceSim, track: Track, s0: float, speed: float) -> list:
+    x, y, h = (float(v[0]) for v in track.pose_at(np.array([s0]), np.array([0.5])))
+    states = [s.reset(track, x, y, h, speed)]
+    states += [s.step(c) for c in CONTROLS]
+    return states
+
+
+def as_array(states: list) -> np.ndarray:
+    cols = [(st.time, st.x, st.y, st.yaw, st.vx, st.vy, st.yaw_rate, st.steer, np.mean(st.wheel_speed)) for st in states]
+    return np.array(cols)
+
+
+@pytest.mark.parametrize("speed", [0.0, 12.0])
+def test_episode_matches_embedded_simulator(sim: BeamngSim, standin: BeamngStandin, speed: float) -> None:
+    """Same track, pose and controls: the adapter's states equal the MuJoCo car's (shared physics)."""
+    track = circle_track()
+    ours = as_array(drive(sim, track, 100.0, speed))
+    ref = as_array(drive(MujocoCar(), track, 100.0, speed))
+    road = standin.track  # the road arrived intact: its middle, half a metre left of the centerline, 9 m wide
+    assert road is not None and np.allclose(road.w_left, 4.5) and np.allclose(road.w_right, 4.5)
+    assert np.allclose(track.project(road.centerline).d, 0.5, atol=1e-4)
+    np.testing.assert_allclose(ours[:, 0], ref[:, 0], atol=1e-9)  # time
+    assert np.hypot(ours[:, 1] - ref[:, 1], ours[:, 2] - ref[:, 2]).max() < 0.01  # m
+    assert np.abs(ours[:, 3] - ref[:, 3]).max() < 2e-3  # yaw, rad
+    assert np.abs(ours[:, 4:6] - ref[:, 4:6]).max() < 0.01  # vx, vy, m/s
+    assert np.abs(ours[:, 6] - ref[:, 6]).max() < 0.03  # yaw rate over the last 10 ms vs instantaneous
+    assert np.abs(ours[:, 7] - ref[:, 7]).max() < 1e-4  # steering angle, rad
+    assert np.abs(ours[:, 8] - ref[:, 8]).max() < 0.05  # mean wheel speed, m/s (braking: near lock)
+    # the controls did something, so a flipped sign or swapped axis cannot pass
+    assert ours[:, 4].max() > speed + 1.5 and ours[18, 3] - ours[8, 3] > 0.1 and ours[-1, 7] < -0.2
+
+
+def test_origin_places_the_track_in_the_level(standin: BeamngStandin) -> None:
+    track = circle_track()
+    sim = BeamngSim(BeamngParams(port=standin.port, socket_timeout=TIMEOUT, origin=(800.0, -1200.0, 0.0)))
+    try:
+        ours = as_array(drive(sim, track, 50.0, 8.0))
+        car_xy = standin.car.data.qpos[:2].copy()
+    finally:
+        sim.close()
+    ref = as_array(drive(MujocoCar(), track, 50.0, 8.0))
+    assert np.hypot(ours[:, 1] - ref[:, 1], ours[:, 2] - ref[:, 2]).max() < 0.01
+    np.testing.assert_allclose(car_xy, [ours[-1, 1] + 800.0, ours[-1, 2] - 1200.0])
+    assert standin.track.centerline[:, 0].min() > 400.0
+
+
+def test_ice_patch_switches_the_ground_model_by_lua(standin: BeamngStandin) -> None:
+    patch = FrictionPatch(40.0, 60.0, -6.0, 6.0, 0.25)
+    track = circle_track(patches=(patch,))
+    sim = BeamngSim(BeamngParams(port=standin.port, socket_timeout=TIMEOUT))
+    try:
+        x, y, h = (float(v[0]) for v in track.pose_at(np.array([0.0])))
+        st = sim.reset(track, x, y, h, 10.0)
+        lua0, log0 = len(standin.lua_log), len(standin.friction_log)
+        centre_mu, car_mu, labels = [], [], []
+        for _ in range(90):
+            st = sim.step(Control(0.02, 0.2, 0.0))
+            centre_mu.append(float(track.friction_at(np.array([[st.x, st.y]]))[0]))
+            car_mu.append(standin.mu)
+            labels.append(st.friction.copy())
+        assert standin.lua_log[lua0:] == [friction_lua("ASPHALT", 0.25), friction_lua("ASPHALT", 1.0)]
+        assert sim.lua_sent[-2:] == standin.lua_log[-2:]
+        assert [mu for _, mu in standin.friction_log[log0:]] == pytest.approx([0.25, 1.0])
+        # after each period the stand-in's grip is the patch's under the car's centre (it acts in the next period)
+        np.testing.assert_allclose(car_mu, centre_mu)
+        assert min(centre_mu) == 0.25 and centre_mu[-1] == 1.0
+        assert np.isclose(np.array(labels), 0.25).any(axis=1).sum() >= 15  # per-wheel labels from s3's geometry
+    finally:
+        sim.close()
+    assert standin.mu == 1.0
+
+
+# -- collect through the factory ------------------------------------------------------------------
+TINY = [
+    "collect.episodes=2",
+    "collect.episode_steps=30",
+    "collect.episodes_per_shard=1",
+    "collect.workers=1",
+    "collect.n_tracks=1",
+]
+
+
+@pytest.mark.timeout(120)
+def test_collect_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) -> None:
+    def run(backend: str) -> tuple[Path, object]:
+        out = tmp_path / backend
+        params = load_params(
+            None,
+            [
+                *TINY,
+                f"sim.backend={backend}",
+                "sim.beamng.host=127.0.0.1",
+                f"sim.beamng.port={standin.port}",
+                f"sim.beamng.socket_timeout={TIMEOUT}",
+                f"collect.out_dir={out}/rollouts",
+                f"collect.plot_dir={out}/plots",
+            ],
+        )
+        try:
+            collect(params, quiet=True)
+        finally:
+            if collect_mod._SIM is not None:  # the per-process simulator cache holds a connection
+                collect_mod._SIM[1].close()
+                collect_mod._SIM = None
+        return out / "rollouts", load_rollouts(out / "rollouts")
+
+    bng_dir, bng = run("beamng")
+    mj_dir, mj = run("mujoco")
+    m = read_manifest(bng_dir)
+    assert list(bng.columns) == list(COLUMNS) and (bng.dtypes == mj.dtypes).all()
+    assert m["simulator"] == "beamng" and m["simulator_version"].startswith("beamngpy 1.36 (protocol v1.27)")
+    assert m["episodes"] == 2 and len(bng) == len(mj) > 20
+    assert (bng[["episode", "step", "track_id"]].to_numpy() == mj[["episode", "step", "track_id"]].to_numpy()).all()
+    # the same driver on the same tracks: close trajectories (the driver reacts to the state)
+    assert np.hypot(bng.x - mj.x, bng.y - mj.y).max() < 0.3
+    assert np.abs(bng.vx - mj.vx).max() < 0.3
+    assert np.abs(bng.yaw_rate - mj.yaw_rate).max() < 0.05
+    wheels = ["wheel_speed_fl", "wheel_speed_fr", "wheel_speed_rl", "wheel_speed_rr"]
+    assert (bng[wheels].to_numpy() == bng[["wheel_speed_fl"]].to_numpy()).all()  # BeamNG reports one wheel speed
+    assert np.abs(bng.wheel_speed_fl - mj[wheels].mean(axis=1)).max() < 0.3
+
+
+def test_factory_makes_the_beamng_backend(standin: BeamngStandin) -> None:
+    params = load_params(None, ["sim.backend=beamng", f"sim.beamng.port={standin.port}", "sim.beamng.socket_timeout=5"])
+    sim = make_sim(params.sim)
+    try:
+        assert isinstance(sim, BeamngSim) and isinstance(sim, SourceSim)
+        assert (sim.wheelbase, sim.max_steer, sim.control_dt, sim.steps) == (2.7, 0.55, 0.1, 10)
+    finally:
+        sim.close()
+    with pytest.raises(Exception, match="whole number of BeamNG steps"):
+        load_params(None, ["sim.backend=beamng", "sim.beamng.steps_per_second=75"])
+
+
+def test_standin_command_line() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "s3.sim.beamng_standin", "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = proc.stdout.readline()
+        assert "listening on 127.0.0.1:" in line and "v1.27" in line
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+        with raw_client(port) as c:
+            send_frame(c, {"type": "Hello", "protocolVersion": "v1.27", "_id": 0})
+            assert recv_frame(c)["protocolVersion"] == "v1.27"
+            send_frame(c, {"type": "Quit", "_id": 1})
+            assert recv_frame(c)["type"] == "Quit"
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench clean pipeline quick ui flow mlflow-ui nightly
 
 # torch first, pinned to the CPU build: letting a later package pull torch would fetch CUDA.
 $(STAMP): pyproject.toml
@@ -24,6 +24,31 @@ test: install
 
 bench: install
 	$(BIN)/s3 bench sim --json
+
+# --- platform (see README "Platform") ---
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+PREFECT_PORT ?= 4200
+MLFLOW_PORT ?= 5000
+QUICK_DIR ?= /tmp/s3-quick
+
+pipeline: install  ## the whole pipeline through DVC (re-runs only what changed)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
+
+quick: install  ## smoke run: the pipeline on params_quick.yaml in a scratch workspace
+	$(BIN)/python -m s3.platform.workspace params_quick.yaml $(QUICK_DIR)
+	cd $(QUICK_DIR) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/dvc repro
+
+ui: install  ## Prefect server + dashboard on http://127.0.0.1:$(PREFECT_PORT) (SQLite in $$PREFECT_HOME)
+	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
+
+flow: install  ## the pipeline as a Prefect flow against the `make ui` server
+	PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api $(BIN)/python -m flows.pipeline
+
+nightly: install  ## long-lived: serves the scheduled `nightly-regression` deployment
+	PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api $(BIN)/python -m flows.nightly --serve
+
+mlflow-ui: install  ## MLflow UI on http://127.0.0.1:$(MLFLOW_PORT) over mlflow.db
+	$(BIN)/mlflow ui --host 127.0.0.1 --port $(MLFLOW_PORT) --backend-store-uri $${MLFLOW_TRACKING_URI:-sqlite:///$(CURDIR)/mlflow.db}
 
 clean:
 	rm -rf $(VENV) .pytest_cache

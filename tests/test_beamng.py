@@ -297,3 +297,27 @@ def test_standin_command_line() -> None:
     finally:
         proc.kill()
 
+
+
+@pytest.mark.timeout(240)
+def test_evaluate_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) -> None:
+    """The pid baseline evaluated through beamngpy + stand-in laps the road course like the embedded car."""
+    from s3.evaluate.evaluate import evaluate_baseline
+
+    def run(backend: str) -> dict:
+        params = load_params(
+            None,
+            [
+                f"sim.backend={backend}", "sim.beamng.host=127.0.0.1", f"sim.beamng.port={standin.port}",
+                f"sim.beamng.socket_timeout={TIMEOUT}", "evaluate.conditions=[nominal]",
+                "evaluate.start_fractions=[0.0]", "evaluate.seeds=[0]", "evaluate.gif=false",
+            ],
+        )  # fmt: skip
+        return evaluate_baseline("pid", params, tmp_path / f"{backend}.json", None)
+
+    bng, mj = run("beamng"), run("mujoco")
+    assert bng["simulator"]["version"].startswith("beamngpy 1.36")
+    b, m = bng["summary"]["nominal"], mj["summary"]["nominal"]
+    assert b["completed"] == m["completed"] == 1
+    assert abs(b["lap_time_s"]["mean"] - m["lap_time_s"]["mean"]) < 2.0
+    assert abs(b["mean_abs_lateral_error_m"]["mean"] - m["mean_abs_lateral_error_m"]["mean"]) < 0.2

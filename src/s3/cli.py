@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,7 @@ import typer
 from rich.console import Console
 
 from s3.config import Params, ParamsError, load_params
+from s3.platform.tracking import log_collect, log_distill
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sim2Sim2Sim: collect, distill, train, evaluate, report.")
 bench_app = typer.Typer(no_args_is_help=True, help="Throughput benchmarks that print JSON.")
@@ -69,6 +72,7 @@ def collect(params: ParamsPath = Path("params.yaml"), set_: Overrides = None, qu
         f"collected {m['rows']} rows in {m['episodes']} episodes ({m['episodes_dropped']} dropped) "
         f"with {m['simulator_version']} -> {manifest.parent}"
     )
+    log_collect(p, manifest)  # MLflow; S3_MLFLOW=0 skips
 
 
 MODELS_DIR, DISTILL_METRICS, DISTILL_PLOTS = Path("models"), Path("metrics/distill"), Path("plots/distill")
@@ -93,6 +97,141 @@ def distill(
         dp = p.distill.model_copy(update={"progress_bar": p.distill.progress_bar and not quiet})
         results = distill_many(families, Path(p.collect.out_dir), MODELS_DIR, DISTILL_METRICS, DISTILL_PLOTS, dp)
     Console().print(comparison_table(results))
+    log_distill(p, families)  # MLflow; S3_MLFLOW=0 skips
+
+
+@app.command()
+def regress(
+    baseline: Annotated[Path | None, typer.Option(help="baseline file (default: regress.baseline)")] = None,
+    ref: Annotated[str | None, typer.Option(help="compare with the metrics committed at this git ref instead")] = None,
+    record: Annotated[bool, typer.Option("--record", help="write the baseline from the current metrics")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="list the passing checks too")] = False,
+    params: ParamsPath = Path("params.yaml"),
+    set_: Overrides = None,
+) -> None:
+    """Compare metrics/*.json with a recorded baseline; exit 1 when a metric regressed."""
+    from s3.platform.regress import record as record_baseline
+    from s3.platform.regress import run_check
+
+    p = _params(params, set_)
+    try:
+        if record:
+            console.print(f"baseline -> {record_baseline(Path('.'), p.regress, baseline)}")
+            return
+        ok, text = run_check(Path("."), p.regress, baseline, ref, verbose)
+    except (FileNotFoundError, subprocess.CalledProcessError, json.JSONDecodeError, KeyError) as e:
+        console.print(f"[red]error:[/red] {e}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    print(text)
+    if not ok:
+        raise typer.Exit(1)
+
+
+POLICIES_DIR, TRAIN_PLOTS, TRAIN_METRICS = Path("policies"), Path("plots/train"), Path("metrics/train")
+
+
+@app.command()
+def train(
+    family: Annotated[str, typer.Option(help="bicycle, ddm, transformer, dytr, or all")] = "all",
+    params: ParamsPath = Path("params.yaml"),
+    set_: Overrides = None,
+    quiet: Quiet = False,
+) -> None:
+    """Train a PPO policy inside each family's distilled environment (policies/<family>/)."""
+    from s3.dynamics.params import FAMILIES
+    from s3.rl.train import train_many
+
+    p = _params(params, set_)
+    with _one_line_errors():
+        if family != "all" and family not in FAMILIES:
+            raise ParamsError(f"--family: {family!r} is not one of {', '.join(FAMILIES)}, all")
+        families = list(FAMILIES) if family == "all" else [family]
+        tp = p.train.model_copy(update={"progress_bar": p.train.progress_bar and not quiet})
+        results = train_many(families, MODELS_DIR, POLICIES_DIR, TRAIN_PLOTS, tp, TRAIN_METRICS)
+    for fam, r in results.items():
+        console.print(f"{fam}: {json.dumps({k: v for k, v in r.items() if not isinstance(v, (dict, list))})}")
+
+
+@app.command()
+def evaluate(
+    family: Annotated[str, typer.Option(help="a model family, a baseline (pid, pid_blind), or all")] = "all",
+    params: ParamsPath = Path("params.yaml"),
+    set_: Overrides = None,
+) -> None:
+    """Drive policies (and baselines) in the source simulator on the held-out road course."""
+    from s3.dynamics.params import FAMILIES
+    from s3.evaluate.evaluate import BASELINES, evaluate_baseline, evaluate_driver
+    from s3.evaluate.policy_driver import policy_factory
+
+    p = _params(params, set_)
+    ep = p.evaluate
+    with _one_line_errors():
+        known = [*FAMILIES, *BASELINES]
+        if family != "all" and family not in known:
+            raise ParamsError(f"--family: {family!r} is not one of {', '.join(known)}, all")
+        names = [*FAMILIES, "pid"] if family == "all" else [family]
+        results = {}
+        for name in names:
+            out, plots = Path(ep.out_dir) / f"{name}.json", Path(ep.plot_dir) / name
+            if name in BASELINES:
+                results[name] = evaluate_baseline(name, p, out, plots)
+                continue
+            folder = POLICIES_DIR / name
+            if not folder.exists():
+                raise ParamsError(f"{folder}: no policy; run `s3 train --family {name}` first")
+            results[name] = evaluate_driver(name, policy_factory(folder), p, out, plots)
+    Console().print(_evaluation_table(results))
+
+
+def _evaluation_table(results: dict[str, dict]) -> object:
+    from rich.table import Table
+
+    def ci(m: dict, digits: int = 1) -> str:
+        if m.get("mean") is None:
+            return "-"
+        half = 0.0 if m.get("ci95") is None else (m["ci95"][1] - m["ci95"][0]) / 2
+        return f"{m['mean']:.{digits}f} ± {half:.{digits}f}"
+
+    table = Table(title="evaluate: the held-out road course in the source simulator (mean ± 95 % CI)")
+    for col in ("driver", "condition", "completed", "lap time (s)", "off-track events", "mean |lateral| (m)"):
+        table.add_column(col, justify="left" if col in ("driver", "condition") else "right")
+    for name, res in results.items():
+        for cond, agg in res["summary"].items():
+            table.add_row(
+                name, cond, f"{agg['completed']}/{agg['runs']}", ci(agg["lap_time_s"]),
+                ci(agg["off_track_events"]), ci(agg["mean_abs_lateral_error_m"], 2),
+            )  # fmt: skip
+    return table
+
+
+@bench_app.command("env")
+def bench_env(
+    family: Annotated[str, typer.Option(help="model family whose models/<family>/ to step")] = "bicycle",
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto")] = "auto",
+    seconds: Annotated[float, typer.Option(help="wall seconds to time the source simulator")] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    params: ParamsPath = Path("params.yaml"),
+    set_: Overrides = None,
+) -> None:
+    """Distilled-env and PPO steps/s at N = 256, 1024, 4096, against the source simulator."""
+    from s3.rl.bench import bench_env as run_env
+    from s3.sim.bench import bench_sim as run_sim
+
+    p = _params(params, set_)
+    with _one_line_errors():
+        result = run_env(family, MODELS_DIR, device=device, params=p.train)
+        src = run_sim(seconds=seconds, params=p.sim.mujoco, control_dt=p.sim.control_dt)
+    # The source side is its single-process step rate; with one worker per core a PPO loop on
+    # it can step at most `cores` times that, so train_vs_source_all_cores is an upper bound.
+    cores = os.cpu_count() or 1
+    one = src["control_steps_per_s"]
+    result["source_control_steps_per_s"] = one
+    result["env_vs_source"] = {n: v / one for n, v in result["env_steps_per_s"].items()}
+    result["train_vs_source_all_cores"] = {n: v / (one * cores) for n, v in result["train_steps_per_s"].items()}
+    if as_json:
+        print(json.dumps(result))
+    else:
+        console.print_json(json.dumps(result))
 
 
 @bench_app.command("sim")

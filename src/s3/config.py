@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from s3.data.params import CollectParams
 from s3.dynamics.params import DistillParams
+from s3.evaluate.params import EvaluateParams
+from s3.platform.regress import RegressParams
+from s3.rl.params import TrainParams
 from s3.sim.beamng_params import BeamngParams
 from s3.sim.params import MujocoCarParams
 
@@ -59,6 +62,9 @@ class Params(BaseModel):
     sim: SimParams = SimParams()
     collect: CollectParams = CollectParams()
     distill: DistillParams = DistillParams()
+    train: TrainParams = TrainParams()
+    evaluate: EvaluateParams = EvaluateParams()
+    regress: RegressParams = RegressParams()
 
 
 def _apply_override(tree: dict[str, Any], assignment: str) -> None:

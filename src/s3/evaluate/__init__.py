@@ -1,1 +1,11 @@
-"""s3.evaluate"""
+"""s3.evaluate: drivers back in the SOURCE simulator on the held-out road course.
+
+    params.py        EvaluateParams (the `evaluate:` section), PidParams
+    drivers.py       Driver protocol, TrackState, PidDriver (pure pursuit + PID), pid_factory
+    policy_driver.py PolicyDriver: an exported policy fed observations rebuilt as in the distilled env
+    run.py           run_lap(sim, track, driver, ...) -> RunResult (one deterministic lap)
+    metrics.py       run_metrics (per run), aggregate / mean_ci (95 % Student-t over starts x seeds)
+    evaluate.py      evaluate_driver(...) -> metrics/eval/<name>.json + plots; evaluate_baseline("pid")
+    plots.py         trajectories on the track, speed/steering traces, top-down lap GIF
+    tune_pid.py      the pid baseline's tuning aid, on procedural tracks only
+"""

@@ -1,1 +1,14 @@
-"""s3.rl"""
+"""s3.rl: the distilled RL environment and PPO training inside each learned dynamics model.
+
+Public API (import from the submodules; this package imports nothing heavy itself):
+    params.TrainParams                                   the `train:` section of params.yaml
+    train.train(family, models_dir, out_dir, plots_dir, params, metrics_dir=None, run_id=None) -> summary
+    train.train_many(families, models_dir, out_dir, plots_dir, params, metrics_dir=None) -> {family: summary}
+    bench.bench_env(family, models_dir, sizes=(256, 1024, 4096), device="cpu", params=None) -> dict
+    env.DistilledEnv(model, tracks, params, num_envs=None, device="cpu", seed=0)   rsl_rl VecEnv
+    rollout.drive_lap(policy, model, track, env_params, start_s=0, start_speed=0) -> LapResult
+    rollout.run_episodes(policy, model, tracks, track_index, start_s, ...) -> EpisodeBatch
+    export.load_policy_fn(folder) -> (obs -> command callable, policy.json)
+    observations.obs_layout(env_params) -> ObsLayout     (the observation, documented in that module)
+    controllers.PurePursuit(layout)                      a centerline follower on the observation
+"""

@@ -7,7 +7,6 @@ a pipeline stage or a worker thread touches no global GUI state.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -19,6 +18,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.patches import Polygon
 
+from s3.io import atomic_path
 from s3.tracks.track import Track, patch_span
 
 Trajectory = tuple[np.ndarray, np.ndarray]  # xy [T, 2], speed [T] in m/s
@@ -97,16 +97,9 @@ def _trajectories(ax: Axes, trajectories: Sequence[Trajectory]) -> None:
 
 
 def save_figure(fig: Figure, path: str | os.PathLike[str], dpi: int = 150) -> Path:
-    """Write fig to path atomically (temp file in the same folder, then os.replace)."""
+    """Write fig to path atomically (temp file in the same folder, then rename)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fmt = path.suffix.lstrip(".") or "png"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format=fmt, dpi=dpi)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=fmt, dpi=dpi)
     return path

@@ -1,0 +1,187 @@
+"""The s3 pipeline as a Prefect 3 flow, read from DVC and run through DVC.
+
+    python -m flows.pipeline [--root DIR] [TARGET ...]
+
+- The stage graph is `dvc.repo.Repo(root).index.graph`; nothing here lists stages. Stages run
+  generation by generation; the members of a `foreach` (`distill@bicycle`, `distill@ddm`, ...)
+  are one mapped task. Each task calls `Repo(root).reproduce(targets=[stage], single_item=True)`.
+- Cache key: DVC's own run-cache hash of the stage (command, dependency hashes, parameter
+  values; see dvc/stage/cache.py) plus the workspace path. An unchanged stage (DVC's verdict)
+  whose key Prefect has seen shows as Cached and is not re-run. A stage DVC calls changed is
+  always run, even when Prefect holds its key (e.g. params reverted, outputs deleted), and the
+  record is rewritten afterwards.
+- Retries with exponential backoff on `collect` and `evaluate` (simulators drop connections).
+- MLflow: the flow opens the parent run of this pipeline run and hands its id to the stage
+  commands through $S3_MLFLOW_PARENT_RUN_ID; each family's stages log into its child run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task, unmapped
+from prefect.context import TaskRunContext
+from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.tasks import exponential_backoff
+
+RETRY_STAGES = {"collect": 3, "evaluate": 3}  # base stage name -> retries
+_DVC_LOCK = threading.Lock()  # one DVC operation at a time per workspace (DVC's repo lock)
+
+
+@contextlib.contextmanager
+def _repo(root: str) -> Iterator[Any]:
+    """DVC's Repo at `root`, entered with the process in `root` (DVC's in-process API resolves
+    some paths against the working directory); callers hold _DVC_LOCK."""
+    from dvc.repo import Repo
+
+    old = os.getcwd()
+    os.chdir(root)
+    try:
+        with Repo(root) as repo:
+            yield repo
+    finally:
+        os.chdir(old)
+
+
+def _stage(repo: Any, name: str) -> Any:
+    for st in repo.index.stages:
+        if st.name == name:
+            return st
+    raise KeyError(f"no stage {name!r} in {repo.root_dir}/dvc.yaml")
+
+
+def stage_generations(root: str, targets: list[str] | None = None) -> list[list[str]]:
+    """Pipeline stage names (`name` or `name@key`) in dependency order, grouped into generations
+    whose members can run independently; restricted to `targets` and their upstream if given."""
+    import networkx as nx
+
+    with _DVC_LOCK, _repo(root) as repo:
+        g = repo.index.graph  # edges point from a stage to the stages it depends on
+        stages = [s for s in g.nodes if getattr(s, "cmd", None)]
+        keep = set(stages)
+        if targets:
+            want = [s for s in stages if s.name in targets or s.name.split("@")[0] in targets]
+            if not want:
+                raise KeyError(f"no stage matches {targets}")
+            keep = set(want) | {d for s in want for d in nx.descendants(g, s)}
+        sub = g.subgraph(keep).reverse(copy=True)
+        return [sorted(s.name for s in gen) for gen in nx.topological_generations(sub)]
+
+
+def _dvc_state(root: str, stage: str) -> tuple[str | None, bool]:
+    """(DVC run-cache hash of the stage, whether DVC would re-run it)."""
+    from dvc.stage.cache import _can_hash, _get_stage_hash
+
+    with _DVC_LOCK, _repo(root) as repo, repo.lock:
+        st = _stage(repo, stage)
+        changed = bool(st.changed())
+        try:
+            st.save_deps()
+        except Exception:  # noqa: BLE001 - a missing input: no key, the run will say why
+            return None, True
+        return (_get_stage_hash(st) if _can_hash(st) else None), changed
+
+
+def _key(root: str, stage: str, stage_hash: str) -> str:
+    return hashlib.sha256(f"s3-dvc-stage:{Path(root).resolve()}:{stage}:{stage_hash}".encode()).hexdigest()
+
+
+def stage_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str | None:
+    """Prefect cache key from DVC's dependency/params hash; None forces a run."""
+    root, stage = parameters["root"], parameters["stage"]
+    stage_hash, changed = _dvc_state(root, stage)
+    if stage_hash is None:
+        return None
+    key = _key(root, stage, stage_hash)
+    if changed and context.result_store is not None and context.result_store.exists(key):
+        return None  # Prefect remembers this state but the workspace no longer holds it
+    return key
+
+
+def run_stage(root: str, stage: str) -> dict[str, Any]:
+    """Run one DVC stage (only it, not its upstream); DVC skips it when nothing changed."""
+    logger = get_run_logger()
+    with _DVC_LOCK, _repo(root) as repo:
+        st = _stage(repo, stage)
+        ran = repo.reproduce(targets=[f"{st.dvcfile.path}:{st.name}"], single_item=True)
+    ran_names = [s.name for s in ran]
+    logger.info("%s: %s", stage, "ran" if ran_names else "up to date in DVC")
+    result = {"stage": stage, "ran": bool(ran_names)}
+    ctx = TaskRunContext.get()
+    if ctx is not None and ctx.result_store is not None:  # re-record the key after a forced run
+        stage_hash, changed = _dvc_state(root, stage)
+        if stage_hash is not None and not changed:
+            ctx.result_store.write(obj=result, key=_key(root, stage, stage_hash))
+    return result
+
+
+def stage_task(base: str) -> Any:
+    """The Prefect task for stages named `base` (with retries where the simulator is involved)."""
+    retries = RETRY_STAGES.get(base, 0)
+    return task(
+        run_stage,
+        name=base,
+        task_run_name="{stage}",
+        cache_key_fn=stage_cache_key,
+        persist_result=True,
+        retries=retries,
+        retry_delay_seconds=exponential_backoff(backoff_factor=10) if retries else 0,
+        retry_jitter_factor=0.5 if retries else None,
+    )
+
+
+@flow(name="s3-pipeline", task_runner=ThreadPoolTaskRunner(max_workers=1), log_prints=True)
+def pipeline(root: str = ".", targets: list[str] | None = None, mlflow: bool = True) -> dict[str, bool]:
+    """Run the DVC pipeline at `root` stage by stage; returns {stage: ran}."""
+    from s3.platform import tracking
+
+    logger = get_run_logger()
+    root = str(Path(root).resolve())
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # the `s3` command
+    gens = stage_generations(root, targets)
+    logger.info("stages: %s", " -> ".join("[" + ", ".join(g) + "]" for g in gens))
+    parent = tracking.start_pipeline_run(root, tags={"s3.runner": "prefect"}) if mlflow and tracking.enabled() else None
+    if parent:
+        os.environ[tracking.PARENT_ENV] = parent
+    ran: dict[str, bool] = {}
+    status = "FAILED"
+    try:
+        for gen in gens:
+            groups: dict[str, list[str]] = defaultdict(list)
+            for name in gen:
+                groups[name.split("@")[0]].append(name)
+            futures = []
+            for base, names in groups.items():
+                t = stage_task(base)
+                if any("@" in n for n in names):
+                    futures += list(t.map(root=unmapped(root), stage=names))
+                else:
+                    futures += [t.submit(root=root, stage=n) for n in names]
+            for f in futures:
+                r = f.result()
+                ran[r["stage"]] = r["ran"]
+        status = "FINISHED"
+    finally:
+        if parent:
+            os.environ.pop(tracking.PARENT_ENV, None)
+            tracking.finish_pipeline_run(parent, root, status)
+    return ran
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("targets", nargs="*", help="stages (default: the whole pipeline)")
+    ap.add_argument("--root", default=".", help="the DVC workspace")
+    ap.add_argument("--no-mlflow", action="store_true")
+    a = ap.parse_args()
+    print(pipeline(root=a.root, targets=a.targets or None, mlflow=not a.no_mlflow))

@@ -1,0 +1,88 @@
+"""Parameters of the evaluate stage (the `evaluate:` section of params.yaml).
+
+Evaluation drives each driver back in the source simulator on the held-out road course, in both
+conditions, from several start positions and seeds. The simulator is deterministic, so a seed
+means a small perturbation of the start (lateral offset, heading, speed): it turns the repeated
+laps into samples whose spread makes a confidence interval meaningful.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PidParams(_Section):
+    """The `pid` baseline: pure pursuit on the centerline + PID on a curvature speed profile.
+
+    Hand-tuned on procedural tracks only (see s3.evaluate.tune_pid); never on the road course.
+    """
+
+    lookahead_min: float = Field(6.0, gt=0.0, le=50.0, description="shortest pure-pursuit lookahead (m)")
+    lookahead_gain: float = Field(0.45, ge=0.0, le=3.0, description="extra lookahead per m/s of speed (s)")
+    yaw_gain: float = Field(0.3, ge=0.0, le=5.0, description="extra road-wheel angle (rad) per rad/s of yaw-rate error vs the pursuit arc")
+    lateral_accel: float = Field(8.0, gt=0.5, le=15.0, description="cornering limit of the speed profile at mu = 1 (m/s^2)")
+    brake_accel: float = Field(6.0, gt=0.5, le=15.0, description="deceleration assumed in braking zones at mu = 1 (m/s^2)")
+    drive_accel: float = Field(4.0, gt=0.1, le=15.0, description="acceleration assumed out of corners at mu = 1 (m/s^2)")
+    max_speed: float = Field(45.0, gt=1.0, le=100.0, description="speed cap (m/s)")
+    curvature_window: float = Field(6.0, ge=0.0, le=50.0, description="half window (m) of the max-|curvature| filter")
+    preview_time: float = Field(0.6, ge=0.0, le=5.0, description="the speed target is read this far ahead (s)")
+    kp: float = Field(0.35, gt=0.0, le=10.0, description="speed PID proportional gain (1 per m/s)")
+    ki: float = Field(0.08, ge=0.0, le=10.0, description="speed PID integral gain (1 per m)")
+    kd: float = Field(0.02, ge=0.0, le=10.0, description="speed PID derivative gain (s per m/s)")
+    brake_gain: float = Field(0.5, gt=0.0, le=5.0, description="brake command per unit of negative PID output")
+    integral_limit: float = Field(5.0, ge=0.0, le=100.0, description="anti-windup clamp of the integral term (m)")
+    pedal_deadband: float = Field(0.03, ge=0.0, le=0.5, description="|u| below this coasts (no throttle/brake chatter)")
+    knows_ice: bool = Field(True, description="the speed profile slows for known friction patches (the map's mu)")
+    ice_margin: float = Field(2.5, ge=0.0, le=10.0, description="lateral half band (m) around the centerline scanned for patches")
+    traction_control: bool = Field(True, description="cut throttle / ease brakes when wheel slip exceeds slip_limit")
+    slip_limit: float = Field(0.12, gt=0.0, le=1.0, description="allowed longitudinal wheel slip ratio")
+
+
+class EvaluateParams(_Section):
+    """Where, how often and how strictly drivers are evaluated in the source simulator."""
+
+    conditions: list[Literal["nominal", "ice"]] = Field(default_factory=lambda: ["nominal", "ice"])
+    start_fractions: list[float] = Field(
+        default_factory=lambda: [0.0, 0.25, 0.5, 0.75],
+        description="start positions as fractions of the lap length (arc length from the start line)",
+    )
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], description="one start perturbation per seed")
+    start_speed: float = Field(5.0, ge=0.0, le=40.0, description="nominal initial forward speed (m/s)")
+    perturb_lateral: float = Field(0.5, ge=0.0, le=3.0, description="uniform +- initial lateral offset (m)")
+    perturb_heading: float = Field(0.05, ge=0.0, le=0.5, description="uniform +- initial heading error (rad)")
+    perturb_speed: float = Field(1.0, ge=0.0, le=10.0, description="uniform +- initial speed (m/s)")
+    max_lap_seconds: float = Field(400.0, gt=1.0, le=7200.0, description="a lap not finished by then is a time-out")
+    off_track_tolerance: float = Field(
+        0.0, ge=-3.0, le=10.0, description="car centre this far beyond the road edge (m) still counts as on track"
+    )
+    fail_distance: float = Field(4.0, gt=0.0, le=100.0, description="the run ends once the car centre is this far beyond the edge (m)")
+    backwards_distance: float = Field(10.0, gt=0.0, le=1000.0, description="net reverse progress (m) that ends a run")
+    stall_seconds: float = Field(8.0, gt=0.0, le=600.0, description="a run ends after this long below stall_speed")
+    stall_speed: float = Field(0.5, ge=0.0, le=10.0, description="m/s")
+    projection_window: int = Field(24, ge=4, le=512, description="segments searched either side of the last projection")
+    out_dir: str = "metrics/eval"
+    plot_dir: str = "plots/eval"
+    gif: bool = Field(True, description="write a top-down animation of one lap")
+    gif_frame_seconds: float = Field(2.0, gt=0.0, le=10.0, description="simulated seconds between GIF frames")
+    gif_fps: int = Field(12, ge=1, le=60)
+    pid: PidParams = PidParams()
+
+    @model_validator(mode="after")
+    def _check(self) -> EvaluateParams:
+        if not self.conditions:
+            raise ValueError("conditions needs at least one of 'nominal', 'ice'")
+        if len(set(self.conditions)) != len(self.conditions):
+            raise ValueError("conditions must not repeat")
+        if not self.start_fractions or any(not 0.0 <= f < 1.0 for f in self.start_fractions):
+            raise ValueError("start_fractions needs 1+ values in [0, 1)")
+        if not self.seeds or any(s < 0 for s in self.seeds) or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError("seeds needs 1+ distinct non-negative integers")
+        if self.fail_distance <= self.off_track_tolerance:
+            raise ValueError("fail_distance must exceed off_track_tolerance")
+        return self

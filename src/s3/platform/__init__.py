@@ -1,0 +1,1 @@
+"""The experiment platform around the stages: MLflow tracking, regression checks, workspaces."""

@@ -1,0 +1,204 @@
+"""The regression check: compare metrics JSON files with a recorded baseline.
+
+    s3 regress --record          snapshot the tracked metrics into the baseline file (commit it)
+    s3 regress                   compare the current metrics with it; exit 1 on a regression
+    s3 regress --ref main        compare with the metrics files committed at a git ref instead
+
+Which metrics count and how much they may move is the `regress:` section of params.yaml:
+predictive errors (lower is better) may grow by `error_growth_pct` % (plus `error_abs_floor`
+so that a zero baseline is not a hair trigger); completion rates (higher is better) may drop
+by `completion_drop` (absolute); lap times may grow by `lap_time_growth_pct` %. A metric that
+became null (diverged) or disappeared is a regression; new metrics are reported, not judged.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import json
+import math
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RegressParams(BaseModel):
+    """Tolerances of `s3 regress` and the nightly regression flow."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    baseline: str = Field("baselines/regression.json", description="recorded baseline file")
+    error_growth_pct: float = Field(10.0, ge=0, description="allowed growth of a predictive error (%)")
+    error_abs_floor: float = Field(1e-3, ge=0, description="absolute slack added to every error tolerance")
+    completion_drop: float = Field(0.05, ge=0, description="allowed absolute drop of a completion rate")
+    lap_time_growth_pct: float = Field(5.0, ge=0, description="allowed growth of a lap time (%)")
+    error_files: list[str] = ["metrics/distill/*.json"]
+    error_keys: list[str] = ["one_step_rmse.*", "rollout.*.ade_*", "rollout.*.fde_*", "divergence.rate"]
+    policy_files: list[str] = ["metrics/eval/*.json"]
+    completion_keys: list[str] = ["summary.*.completion_rate"]  # s3 evaluate: rates in [0, 1] per condition
+    lap_time_keys: list[str] = ["summary.*.lap_time_s.mean"]
+
+
+Kind = Literal["error", "completion", "lap_time"]
+
+
+@dataclass
+class Check:
+    file: str
+    key: str
+    kind: Kind
+    baseline: float | None
+    current: float | None
+    limit: float | None
+    ok: bool
+
+    def line(self) -> str:
+        def f(x: float | None) -> str:
+            return "missing/null" if x is None else f"{x:.4g}"
+
+        change = ""
+        if self.baseline is not None and self.current is not None and self.baseline != 0:
+            change = f" ({100 * (self.current - self.baseline) / abs(self.baseline):+.1f} %)"
+        bound = "" if self.limit is None else (f", limit {'>=' if self.kind == 'completion' else '<='} {self.limit:.4g}")
+        return f"{'ok  ' if self.ok else 'FAIL'} {self.kind:<10} {self.file} {self.key}: {f(self.baseline)} -> {f(self.current)}{change}{bound}"
+
+
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    elif prefix:
+        out[prefix[:-1]] = d
+    return out
+
+
+def _kind(file: str, key: str, p: RegressParams) -> Kind | None:
+    def any_match(name: str, pats: list[str]) -> bool:
+        return any(fnmatch.fnmatchcase(name, pat) for pat in pats)
+
+    if any_match(file, p.error_files) and any_match(key, p.error_keys):
+        return "error"
+    if any_match(file, p.policy_files):
+        if any_match(key, p.completion_keys):
+            return "completion"
+        if any_match(key, p.lap_time_keys):
+            return "lap_time"
+    return None
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def tracked_metrics(files: dict[str, dict[str, Any]], p: RegressParams) -> dict[str, dict[str, float | None]]:
+    """{file: {key: value}} of the metrics the tolerances speak about."""
+    out: dict[str, dict[str, float | None]] = {}
+    for file, data in sorted(files.items()):
+        keys = {k: _num(v) for k, v in flatten(data).items() if _kind(file, k, p)}
+        if keys:
+            out[file] = keys
+    return out
+
+
+def read_workspace(root: Path, p: RegressParams) -> dict[str, dict[str, Any]]:
+    """The metrics files the rules name, as they are in the workspace."""
+    files: dict[str, dict[str, Any]] = {}
+    for pat in p.error_files + p.policy_files:
+        for path in sorted(glob.glob(str(root / pat))):
+            files[Path(path).relative_to(root).as_posix()] = json.loads(Path(path).read_text())
+    return files
+
+
+def read_git_ref(root: Path, ref: str, p: RegressParams) -> dict[str, dict[str, Any]]:
+    """The metrics files the rules name, as committed at `ref`."""
+    names = subprocess.run(["git", "ls-tree", "-r", "--name-only", ref], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    files = {}
+    for name in names:
+        if any(fnmatch.fnmatchcase(name, pat) for pat in p.error_files + p.policy_files):
+            text = subprocess.run(["git", "show", f"{ref}:{name}"], cwd=root, capture_output=True, text=True, check=True).stdout
+            files[name] = json.loads(text)
+    return files
+
+
+def record(root: Path, p: RegressParams, out: Path | None = None) -> Path:
+    """Write the baseline file from the workspace's current metrics."""
+    from s3.io import write_json_atomic
+    from s3.platform.tracking import git_commit
+
+    metrics = tracked_metrics(read_workspace(root, p), p)
+    if not metrics:
+        raise FileNotFoundError(f"no metrics files match {p.error_files + p.policy_files} under {root}")
+    path = out or root / p.baseline
+    write_json_atomic(path, {"recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_commit": git_commit(root), "metrics": metrics})
+    return path
+
+
+def compare(baseline: dict[str, dict[str, float | None]], current_files: dict[str, dict[str, Any]], p: RegressParams) -> tuple[list[Check], list[str]]:
+    """One Check per baseline metric; plus the names of metrics that are new since the baseline."""
+    current = tracked_metrics(current_files, p)
+    checks = []
+    for file, keys in sorted(baseline.items()):
+        now = current.get(file, {})
+        for key, base in sorted(keys.items()):
+            kind = _kind(file, key, p) or "error"
+            cur = now.get(key)
+            if base is None:  # nothing to hold the current value to
+                checks.append(Check(file, key, kind, None, cur, None, True))
+                continue
+            if kind == "error":
+                limit = base * (1 + p.error_growth_pct / 100) + p.error_abs_floor
+                ok = cur is not None and cur <= limit
+            elif kind == "lap_time":
+                limit = base * (1 + p.lap_time_growth_pct / 100)
+                ok = cur is not None and cur <= limit
+            else:
+                limit = base - p.completion_drop
+                ok = cur is not None and cur >= limit
+            checks.append(Check(file, key, kind, base, cur, limit, ok))
+    new = [f"{f} {k}" for f, ks in current.items() for k in ks if k not in baseline.get(f, {})]
+    return checks, new
+
+
+def summary(checks: list[Check], new: list[str], against: str, verbose: bool = False) -> str:
+    """A readable report: failures first, one line each, then one verdict line."""
+    bad = [c for c in checks if not c.ok]
+    lines = [c.line() for c in bad]
+    if verbose:
+        lines += [c.line() for c in checks if c.ok]
+    if new:
+        lines.append(f"{len(new)} metric(s) not in the baseline (not judged), e.g. {new[0]}")
+    files = len({c.file for c in checks})
+    if bad:
+        worst = {c.file for c in bad}
+        lines.append(f"REGRESSION against {against}: {len(bad)} of {len(checks)} checks failed in {len(worst)} of {files} file(s)")
+    else:
+        lines.append(f"no regression against {against}: {len(checks)} checks in {files} file(s) within tolerance")
+    return "\n".join(lines)
+
+
+def run_check(root: Path, p: RegressParams, baseline: Path | None = None, ref: str | None = None, verbose: bool = False) -> tuple[bool, str]:
+    """(passed, summary) of the current workspace against a baseline file or a git ref."""
+    root = Path(root)
+    current = read_workspace(root, p)
+    if ref is not None:
+        base = tracked_metrics(read_git_ref(root, ref, p), p)
+        against = f"git ref {ref}"
+    else:
+        path = baseline or root / p.baseline
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no baseline recorded (run `s3 regress --record` and commit it)")
+        base = json.loads(path.read_text())["metrics"]
+        against = str(path)
+    if not base:
+        raise FileNotFoundError(f"no tracked metrics in the baseline ({against})")
+    checks, new = compare(base, current, p)
+    return all(c.ok for c in checks), summary(checks, new, against, verbose)

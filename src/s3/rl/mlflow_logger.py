@@ -1,0 +1,117 @@
+"""MLflow behind rsl_rl's logger hook.
+
+rsl_rl 5.x builds its writer from cfg["logger"] = {"class_name": "s3.rl.mlflow_logger:MLflowLogWriter",
+...kwargs} whenever the runner has a log_dir, and builds a new one at every `learn()` call (we
+learn in chunks). So the writer only appends to an MLflow run that the stage owns (by run id),
+buffers one iteration's scalars and sends them with one `log_batch`, and keeps an in-process
+copy of the curve (`curve(run_id)`) for the learning-curve plot. Metric keys are rsl_rl's tags
+("Train/mean_reward", "Loss/value", "Perf/total_fps", "Env/speed", ...) under `prefix`.
+
+The tracking URI is always set explicitly: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rsl_rl.utils.log_writer import LogWriter
+
+_CURVES: dict[str, list[tuple[str, int, float]]] = defaultdict(list)
+
+
+def tracking_uri() -> str:
+    """$MLFLOW_TRACKING_URI, else a SQLite file mlflow.db in the current directory."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def artifact_location(uri: str) -> str | None:
+    """For a SQLite store, artifacts go to mlartifacts/ beside the database file (not ./mlruns, whose
+    presence would make MLflow's default URI fall back to the file store)."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///") :]).parent / "mlartifacts").resolve().as_uri()
+    return None
+
+
+def client(uri: str | None = None) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri or tracking_uri())
+
+
+def start_run(experiment: str, run_name: str, tags: dict[str, str] | None = None, uri: str | None = None) -> tuple[Any, str]:
+    """(client, run_id) of a new run in `experiment` (created if missing)."""
+    uri = uri or tracking_uri()
+    c = client(uri)
+    exp = c.get_experiment_by_name(experiment)
+    exp_id = exp.experiment_id if exp is not None else c.create_experiment(experiment, artifact_location=artifact_location(uri))
+    run = c.create_run(exp_id, run_name=run_name, tags=tags or {})
+    return c, run.info.run_id
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested params -> {"a.b.c": "value"} (MLflow params are flat strings)."""
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = str(v)[:6000]
+    return out
+
+
+def log_params(c: Any, run_id: str, params: dict[str, Any], prefix: str = "") -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k, v) for k, v in flatten(params, prefix).items()]
+    for i in range(0, len(items), 100):
+        c.log_batch(run_id, params=items[i : i + 100])
+
+
+def log_metrics(c: Any, run_id: str, metrics: dict[str, float], step: int) -> None:
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    items = [Metric(k, float(v), now, int(step)) for k, v in metrics.items() if v is not None and math.isfinite(float(v))]
+    if items:
+        c.log_batch(run_id, metrics=items)
+
+
+def curve(run_id: str) -> list[tuple[str, int, float]]:
+    """(tag, iteration, value) scalars seen by the writer for this run, in order."""
+    return list(_CURVES.get(run_id, []))
+
+
+class MLflowLogWriter(LogWriter):
+    """rsl_rl LogWriter that appends to an existing MLflow run."""
+
+    def __init__(self, log_dir: str | None = None, run_id: str = "", tracking_uri: str | None = None, prefix: str = "train/") -> None:
+        if not run_id:
+            raise ValueError("MLflowLogWriter needs the run_id of an MLflow run")
+        self.run_id, self.prefix = run_id, prefix
+        self.client = client(tracking_uri)
+        self._buf: dict[str, float] = {}
+        self._step: int | None = None
+
+    def add_scalar(self, tag: str, scalar_value: float, global_step: int) -> None:
+        value = float(scalar_value)
+        if tag.endswith("/time"):  # rsl_rl's wall-clock-indexed duplicates: step is seconds, skip
+            return
+        if self._step is not None and global_step != self._step:
+            self.flush()
+        self._step = int(global_step)
+        self._buf[self.prefix + tag] = value
+        _CURVES[self.run_id].append((tag, int(global_step), value))
+
+    def flush(self) -> None:
+        if self._buf and self._step is not None:
+            log_metrics(self.client, self.run_id, self._buf, self._step)
+        self._buf = {}
+
+    def stop(self) -> None:
+        self.flush()

@@ -1,0 +1,166 @@
+"""Parameters of the train stage (the `train:` section of params.yaml).
+
+Defaults are sized so that one family trains in about five minutes on two CPU cores
+(`max_minutes` caps the PPO wall time; `max_env_steps` caps the sample budget), which puts all
+four families under the 20-minute goal. Every field is bounded; unknown keys are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from s3.tracks.generate import ProceduralTrackParams
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _training_tracks() -> ProceduralTrackParams:
+    """Procedural training tracks: the generator's shapes, with friction patches on most tracks."""
+    return ProceduralTrackParams(patch_probability=0.6, patches_min=1, patches_max=5, patch_length_max=100.0)
+
+
+class RewardParams(_Section):
+    """Reward per control step (see s3.rl.env for the formula)."""
+
+    progress: float = Field(0.1, ge=0.0, le=100.0, description="reward per metre of progress along the centerline")
+    off_track: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when leaving the road (terminates)")
+    backwards: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when turned around or reversing (terminates)")
+    stall: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when stalled (terminates)")
+    action_rate: float = Field(0.02, ge=0.0, le=100.0, description="penalty weight on |a[t] - a[t-1]|^2 (policy action)")
+
+
+class EnvParams(_Section):
+    """The distilled environment: episode, observation, terminations and domain randomisation."""
+
+    num_envs: int = Field(1024, ge=1, le=262144, description="vehicles stepped together")
+    episode_seconds: float = Field(60.0, gt=0.0, le=3600.0, description="time limit (reported as time-out)")
+    obs_history: int = Field(4, ge=0, le=50, description="past (state, command) pairs in the observation")
+    preview_points: int = Field(20, ge=1, le=200, description="centerline preview points")
+    preview_spacing: float = Field(5.0, gt=0.0, le=50.0, description="metres between preview points")
+    surface_label: bool = Field(False, description="observe the friction under and ahead of the car")
+    surface_ahead: list[float] = Field(default_factory=lambda: [5.0, 10.0, 20.0, 35.0, 50.0], description="metres ahead for the friction preview")
+    off_track_margin: float = Field(0.0, ge=-5.0, le=10.0, description="metres beyond the road edge still counted on track (car centre)")
+    backwards_heading: float = Field(1.75, gt=0.5, le=3.15, description="|heading error| (rad) that ends an episode as 'backwards'")
+    backwards_distance: float = Field(5.0, gt=0.0, le=1000.0, description="net reverse progress (m) that ends an episode")
+    stall_seconds: float = Field(5.0, gt=0.0, le=3600.0, description="an episode ends if progress stays below stall_distance this long")
+    stall_distance: float = Field(2.0, gt=0.0, le=1000.0, description="metres of progress that restart the stall clock")
+    max_speed: float = Field(80.0, gt=1.0, le=1000.0, description="|(vx, vy)| above this is an absurd model output")
+    max_yaw_rate: float = Field(15.0, gt=0.1, le=1000.0, description="|yaw rate| above this is an absurd model output")
+    init_speed_min: float = Field(0.0, ge=0.0, le=60.0, description="initial speed range (m/s)")
+    init_speed_max: float = Field(15.0, ge=0.0, le=60.0)
+    init_lateral: float = Field(0.5, ge=0.0, le=1.0, description="initial lateral offset as a fraction of the half width")
+    init_heading: float = Field(0.15, ge=0.0, le=1.0, description="initial heading error range (rad, uniform +-)")
+    projection_window: int = Field(8, ge=2, le=256, description="segments searched either side of the last projection")
+    track_ds: float = Field(1.0, gt=0.05, le=10.0, description="resampling of the tracks inside the env (m)")
+    reward: RewardParams = RewardParams()
+
+    @model_validator(mode="after")
+    def _ranges(self) -> EnvParams:
+        if self.init_speed_min > self.init_speed_max:
+            raise ValueError("init_speed_min must not exceed init_speed_max")
+        if not self.surface_ahead or any(d < 0 or d > 500 for d in self.surface_ahead):
+            raise ValueError("surface_ahead needs 1+ distances in [0, 500] m")
+        if self.projection_window * self.track_ds < 3.0:
+            raise ValueError("projection_window * track_ds must cover at least 3 m (one step at 30 m/s)")
+        return self
+
+
+class CircuitTrackParams(_Section):
+    """Circuit-style procedural tracks: straights and clothoid-eased corners (see s3.rl.tracks)."""
+
+    corners_min: int = Field(6, ge=3, le=40)
+    corners_max: int = Field(12, ge=3, le=40)
+    hairpin_probability: float = Field(0.25, ge=0.0, le=1.0, description="share of 120-180 degree corners (R hairpin_radius_min..max)")
+    sweeper_probability: float = Field(0.25, ge=0.0, le=1.0, description="share of 20-60 degree corners at R 60-250 m; the rest: 40-120 degrees at R 14-60 m")
+    hairpin_radius_min: float = Field(12.0, ge=8.0, le=100.0)
+    hairpin_radius_max: float = Field(25.0, ge=8.0, le=100.0)
+    straight_min: float = Field(25.0, ge=10.0, le=2000.0)
+    straight_max: float = Field(150.0, ge=10.0, le=2000.0)
+    main_straight_min: float = Field(150.0, ge=10.0, le=5000.0)
+    main_straight_max: float = Field(450.0, ge=10.0, le=5000.0)
+    length_min: float = Field(800.0, ge=200.0, le=20000.0)
+    length_max: float = Field(3500.0, ge=200.0, le=20000.0)
+    max_attempts: int = Field(500, ge=1, le=100000)
+
+    @model_validator(mode="after")
+    def _ranges(self) -> CircuitTrackParams:
+        for lo, hi in (("corners_min", "corners_max"), ("hairpin_radius_min", "hairpin_radius_max"), ("straight_min", "straight_max"), ("main_straight_min", "main_straight_max"), ("length_min", "length_max")):
+            if getattr(self, lo) > getattr(self, hi):
+                raise ValueError(f"{lo} must not exceed {hi}")
+        if self.hairpin_probability + self.sweeper_probability > 1.0:
+            raise ValueError("hairpin_probability + sweeper_probability must not exceed 1")
+        return self
+
+
+class TrackPoolParams(_Section):
+    """Procedural training and validation tracks (friction patch density and range live in `procedural`)."""
+
+    pool_size: int = Field(64, ge=1, le=4096, description="training tracks in the env at once")
+    refresh_fraction: float = Field(0.25, ge=0.0, le=1.0, description="share of the pool replaced by new tracks after every chunk")
+    validation_tracks: int = Field(8, ge=1, le=256, description="held-out procedural tracks for checkpoint selection")
+    validation_starts: int = Field(2, ge=1, le=64, description="start points per validation track")
+    mirror_probability: float = Field(0.5, ge=0.0, le=1.0, description="chance a track is mirrored (left turns become right turns)")
+    circuit_fraction: float = Field(0.5, ge=0.0, le=1.0, description="share of circuit-style tracks (the rest: spline blobs)")
+    base_mu_min: float = Field(1.0, gt=0.0, le=2.0, description="grip outside patches, sampled per training track")
+    base_mu_max: float = Field(1.0, gt=0.0, le=2.0)
+    procedural: ProceduralTrackParams = Field(default_factory=_training_tracks)
+    circuit: CircuitTrackParams = CircuitTrackParams()
+
+    @model_validator(mode="after")
+    def _ranges(self) -> TrackPoolParams:
+        if self.base_mu_min > self.base_mu_max:
+            raise ValueError("base_mu_min must not exceed base_mu_max")
+        return self
+
+
+class PPOParams(_Section):
+    """rsl_rl PPO and the actor-critic (MLP or GRU)."""
+
+    policy: Literal["mlp", "gru"] = "mlp"
+    actor_hidden: list[int] = Field(default_factory=lambda: [128, 128])
+    critic_hidden: list[int] = Field(default_factory=lambda: [64, 64])
+    rnn_hidden: int = Field(64, ge=4, le=1024, description="GRU width (policy: gru)")
+    activation: Literal["elu", "relu", "tanh", "selu", "gelu"] = "elu"
+    init_std: float = Field(0.6, gt=0.0, le=5.0)
+    num_steps_per_env: int = Field(24, ge=2, le=1024)
+    learning_epochs: int = Field(3, ge=1, le=50)
+    mini_batches: int = Field(4, ge=1, le=256)
+    clip_param: float = Field(0.2, gt=0.0, le=1.0)
+    gamma: float = Field(0.99, gt=0.0, lt=1.0)
+    lam: float = Field(0.95, gt=0.0, le=1.0)
+    learning_rate: float = Field(1e-3, gt=0.0, le=1.0)
+    entropy_coef: float = Field(0.003, ge=0.0, le=1.0)
+    value_loss_coef: float = Field(1.0, gt=0.0, le=100.0)
+    max_grad_norm: float = Field(1.0, gt=0.0, le=100.0)
+    desired_kl: float = Field(0.01, gt=0.0, le=1.0)
+    obs_normalization: bool = True
+
+    @model_validator(mode="after")
+    def _sizes(self) -> PPOParams:
+        for name in ("actor_hidden", "critic_hidden"):
+            dims = getattr(self, name)
+            if not dims or len(dims) > 8 or any(d < 1 or d > 4096 for d in dims):
+                raise ValueError(f"{name} needs 1-8 layer widths in [1, 4096]")
+        return self
+
+
+class TrainParams(_Section):
+    """Everything the train stage needs besides the dynamics model."""
+
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    torch_threads: int = Field(0, ge=0, le=256, description="torch intra-op threads (0 = torch default)")
+    max_env_steps: int = Field(6_000_000, ge=1, le=10**11, description="stop after this many environment steps")
+    max_minutes: float = Field(4.0, gt=0.0, le=10000.0, description="stop PPO after this wall time (checked between chunks)")
+    chunk_iterations: int = Field(15, ge=1, le=100000, description="PPO iterations between validations")
+    validation_min_speed: float = Field(6.0, gt=0.5, le=100.0, description="a validation lap must average at least this (m/s)")
+    road_course_check: bool = Field(True, description="after training, drive the nominal road course once (information only)")
+    mlflow_experiment: str = Field("s3", min_length=1, max_length=200)
+    env: EnvParams = EnvParams()
+    tracks: TrackPoolParams = TrackPoolParams()
+    ppo: PPOParams = PPOParams()
+    progress_bar: bool = True

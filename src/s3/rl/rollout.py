@@ -1,0 +1,198 @@
+"""Deterministic driving inside a distilled environment: laps, lap times and trajectories.
+
+    run_episodes(policy, model, tracks, track_index, start_s, ...) -> EpisodeBatch   (M cars at once)
+    drive_lap(policy, model, track, ...) -> LapResult                                 (one car, one lap)
+
+`policy` is any callable obs [M, D] -> action, either the 2-D policy action (steer,
+longitudinal) or the 3-D command (steering_cmd, throttle_cmd, brake_cmd) -- e.g. an exported
+policy (`s3.rl.export.load_policy_fn`), the in-memory rsl_rl actor, or `controllers.PurePursuit`.
+A recurrent policy keeps its own state: pass a fresh one per call. Each car starts at rest (or at
+`start_speed`) on the centerline at arc length `start_s`, heading along the road, with the
+history filled as at any reset (see s3.rl.env). A car's episode ends when its net progress reaches
+one lap length (lap completed; the lap time is interpolated within the step), when it leaves the
+road, turns around, stalls (see s3.rl.env), or the model output is rejected, or at
+`max_seconds` (one value, or one per car). No randomness is
+involved: the same policy, model and start give the same result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from s3.dynamics.base import DynamicsModel
+from s3.rl.env import REASONS, TIME_OUT, DistilledEnv
+from s3.rl.params import EnvParams
+from s3.tracks.track import Track
+
+Policy = Callable[[Tensor], Tensor]
+TRAJECTORY_KEYS = ("t", "x", "y", "yaw", "vx", "vy", "yaw_rate", "steer", "steering_cmd", "throttle_cmd", "brake_cmd", "mu", "s", "d", "progress")
+
+
+@dataclass
+class EpisodeBatch:
+    """Outcome of M deterministic episodes (arrays [M]; trajectories [T + 1, M])."""
+
+    completed: np.ndarray
+    lap_time: np.ndarray  # s; NaN where the lap was not completed
+    progress: np.ndarray  # m of net progress when the episode ended
+    lap_length: np.ndarray  # m (the track as resampled in the env)
+    reason: list[str]  # "lap", "off_track", "backwards", "model_invalid", "stalled" or "max_time"
+    steps: np.ndarray
+    trajectory: dict[str, np.ndarray] | None = None
+
+    @property
+    def completion(self) -> np.ndarray:
+        """Share of a lap driven before the episode ended, in [0, 1]."""
+        return np.clip(self.progress / self.lap_length, 0.0, 1.0)
+
+    def summary(self) -> dict[str, Any]:
+        done = self.completed
+        return {
+            "episodes": int(len(done)),
+            "completion_rate": float(done.mean()),
+            "mean_completion": float(self.completion.mean()),
+            "mean_lap_time_s": float(np.nanmean(self.lap_time)) if done.any() else None,
+            "reasons": {r: self.reason.count(r) for r in sorted(set(self.reason))},
+        }
+
+
+@dataclass
+class LapResult:
+    """One car's attempt at one lap."""
+
+    completed: bool
+    lap_time: float | None
+    progress: float
+    lap_length: float
+    reason: str
+    trajectory: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@torch.inference_mode()
+def run_episodes(
+    policy: Policy,
+    model: DynamicsModel,
+    tracks: Sequence[Track],
+    track_index: Sequence[int] | np.ndarray,
+    start_s: Sequence[float] | np.ndarray,
+    env_params: EnvParams | None = None,
+    start_d: float | Sequence[float] = 0.0,
+    start_speed: float | Sequence[float] = 0.0,
+    max_seconds: float | Sequence[float] | np.ndarray | None = None,
+    record: bool = False,
+    device: str | torch.device = "cpu",
+) -> EpisodeBatch:
+    """Drive M = len(track_index) cars, car i on tracks[track_index[i]] from arc length start_s[i].
+
+    max_seconds defaults to each car's lap length at 4 m/s on average.
+    """
+    params = env_params or EnvParams()
+    m = len(track_index)
+    env = DistilledEnv(model, tracks, params, num_envs=m, device=device, seed=0, auto_reset=False)
+    dev = env.device
+    obs = env.reset_to(
+        torch.as_tensor(np.asarray(track_index), device=dev),
+        torch.as_tensor(np.asarray(start_s, dtype=np.float32), device=dev),
+        torch.as_tensor(np.asarray(start_d, dtype=np.float32), device=dev),
+        0.0,
+        torch.as_tensor(np.asarray(start_speed, dtype=np.float32), device=dev),
+    )["policy"]
+    length = env.track_length()
+    if max_seconds is None:
+        limit = length / 4.0
+    else:
+        limit = torch.as_tensor(np.asarray(max_seconds, dtype=np.float32), device=dev).expand(m)
+    limit_steps = torch.ceil(limit / env.dt).long()
+    n_steps = int(limit_steps.max())
+    active = torch.ones(m, dtype=torch.bool, device=dev)
+    completed = torch.zeros(m, dtype=torch.bool, device=dev)
+    lap_time = torch.full((m,), float("nan"), device=dev)
+    final_progress = torch.zeros(m, device=dev)
+    reason = torch.full((m,), -1, dtype=torch.long, device=dev)  # -1 running, 0 lap, else REASONS index
+    steps = torch.zeros(m, dtype=torch.long, device=dev)
+    prev = torch.zeros(m, device=dev)
+    frames = [_frame(env, 0.0)] if record else []
+    for k in range(n_steps):
+        obs_td, _, _, extras = env.step(policy(obs))
+        obs = obs_td["policy"]
+        prog, why = extras["progress"], extras["reason"]
+        crossed = active & (prog >= length)
+        frac = ((length - prev) / (prog - prev).clamp(min=1e-6)).clamp(0.0, 1.0)
+        lap_time = torch.where(crossed, env.dt * (k + frac), lap_time)
+        ended = active & ~crossed & (why > 0) & (why != TIME_OUT)
+        reason = torch.where(crossed, 0, torch.where(ended, why, reason))
+        ended |= active & ~crossed & (k + 1 >= limit_steps)  # out of time: reason stays "max_time"
+        completed |= crossed
+        final_progress = torch.where(active, torch.where(crossed, length, prog), final_progress)
+        steps = torch.where(active, k + 1, steps)
+        active &= ~(crossed | ended)
+        prev = prog
+        if record:
+            frames.append(_frame(env, env.dt * (k + 1)))
+        if not bool(active.any()):
+            break
+    names = ["lap", *REASONS[1:TIME_OUT]]
+    reasons = [names[r] if r >= 0 else "max_time" for r in reason.tolist()]
+    trajectory = None
+    if record:
+        trajectory = {key: torch.stack([f[key] for f in frames]).cpu().numpy() for key in TRAJECTORY_KEYS}
+        # freeze each car's trajectory after its episode ended
+        last = steps.cpu().numpy()
+        for key, arr in trajectory.items():
+            for i in range(m):
+                arr[last[i] + 1 :, i] = arr[last[i], i]
+    return EpisodeBatch(
+        completed=completed.cpu().numpy(),
+        lap_time=lap_time.cpu().numpy(),
+        progress=final_progress.cpu().numpy(),
+        lap_length=length.cpu().numpy(),
+        reason=reasons,
+        steps=steps.cpu().numpy(),
+        trajectory=trajectory,
+    )
+
+
+def _frame(env: DistilledEnv, t: float) -> dict[str, Tensor]:
+    s, cmd = env.hs[:, -1], env.ha[:, -1]
+    return {
+        "t": torch.full((env.num_envs,), t, device=env.device),
+        "x": env.pose[:, 0].clone(),
+        "y": env.pose[:, 1].clone(),
+        "yaw": env.pose[:, 2].clone(),
+        "vx": s[:, 0].clone(),
+        "vy": s[:, 1].clone(),
+        "yaw_rate": s[:, 2].clone(),
+        "steer": s[:, 3].clone(),
+        "steering_cmd": cmd[:, 0].clone(),
+        "throttle_cmd": cmd[:, 1].clone(),
+        "brake_cmd": cmd[:, 2].clone(),
+        "mu": env.mu.clone(),
+        "s": env.s.clone(),
+        "d": env.track_feats[:, 0].clone(),
+        "progress": env.progress.clone(),
+    }
+
+
+def drive_lap(
+    policy: Policy,
+    model: DynamicsModel,
+    track: Track,
+    env_params: EnvParams | None = None,
+    start_s: float = 0.0,
+    start_speed: float = 0.0,
+    start_d: float = 0.0,
+    max_seconds: float | None = None,
+    device: str | torch.device = "cpu",
+) -> LapResult:
+    """One lap of `track` from (start_s, start_d) at start_speed; trajectory arrays [T + 1]."""
+    out = run_episodes(policy, model, [track], [0], [start_s], env_params, start_d, start_speed, max_seconds, record=True, device=device)
+    traj = {k: v[: int(out.steps[0]) + 1, 0] for k, v in (out.trajectory or {}).items()}
+    lt = float(out.lap_time[0])
+    return LapResult(bool(out.completed[0]), lt if math.isfinite(lt) else None, float(out.progress[0]), float(out.lap_length[0]), out.reason[0], traj)

@@ -1,0 +1,285 @@
+"""The train stage: PPO (rsl_rl) inside one family's distilled environment.
+
+    train(family, models_dir, out_dir, plots_dir, params, metrics_dir=None, run_id=None) -> summary
+    train_many(families, models_dir, out_dir, plots_dir, params, metrics_dir=None) -> {family: summary}
+    train_policy(model, folder, plot_path, params, family, run_id=None) -> summary   (model in memory)
+writes
+    <out_dir>/<family>/policy.safetensors, policy.ts, policy.json     (see s3.rl.export)
+    <plots_dir>/<family>.png                                          (learning curve)
+    <metrics_dir>/<family>.json                                       (if metrics_dir is given)
+and records params, the learning curve (every PPO iteration) and the validation score (every
+chunk) in MLflow ($MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db).
+
+Loop: learn `chunk_iterations` PPO iterations; evaluate the deterministic policy on held-out
+*procedural* validation tracks (disjoint seeds, see s3.rl.tracks; never the road course); keep the
+checkpoint with the best validation score (mean share of a lap driven before leaving the road,
+turning around or running out of time at `validation_min_speed`; ties go to the later one);
+replace part of the training-track pool (every car restarts); stop at max_env_steps or
+max_minutes. At the end the kept checkpoint is saved and exported, and, for information only, it
+drives one lap of the built-in road course (nominal) inside the same distilled env.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from s3 import __version__
+from s3.dynamics.base import DynamicsModel
+from s3.io import write_json_atomic
+from s3.rl import mlflow_logger as ml
+from s3.rl.env import DistilledEnv, resolve_device
+from s3.rl.export import as_callable, deployable, save_policy
+from s3.rl.params import TrainParams
+from s3.rl.ppo import make_runner, quiet
+from s3.rl.rollout import drive_lap, run_episodes
+from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid
+from s3.tracks.road_course import road_course
+
+WRITER = "s3.rl.mlflow_logger:MLflowLogWriter"
+
+
+class TrainError(RuntimeError):
+    """The train stage cannot run (e.g. no distilled model); one line naming the file."""
+
+
+def validate(actor: torch.nn.Module, model: DynamicsModel, tracks: list, params: TrainParams, device: torch.device) -> dict[str, Any]:
+    """Deterministic episodes of `actor` on the validation tracks; the summary and the score."""
+    ti, s = start_grid(tracks, params.tracks.validation_starts)
+    policy = as_callable(deployable(actor).to(device), bool(getattr(actor, "is_recurrent", False)))
+    max_seconds = np.array([tracks[i].length for i in ti]) / params.validation_min_speed
+    out = run_episodes(policy, model, tracks, ti, s, params.env, max_seconds=max_seconds, device=device)
+    summary = out.summary()
+    summary["score"] = summary["mean_completion"]
+    return summary
+
+
+def _sha256(path: Path) -> str | None:
+    if not path.exists():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _clone_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def train_policy(
+    model: DynamicsModel,
+    folder: str | Path,
+    plot_path: str | Path | None,
+    params: TrainParams,
+    family: str | None = None,
+    run_id: str | None = None,
+    model_folder: str | Path | None = None,
+) -> dict[str, Any]:
+    """Train a policy in `model`'s distilled env and write it to `folder` (see the module docstring)."""
+    family = family or model.family
+    folder = Path(folder)
+    if params.torch_threads:
+        torch.set_num_threads(params.torch_threads)
+    torch.manual_seed(params.seed)
+    np.random.seed(params.seed)
+    device = resolve_device(params.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise TrainError("train.device is 'cuda' but torch sees no CUDA device")
+    t_start = time.perf_counter()
+    say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if params.progress_bar else (lambda msg: None)
+
+    pool = TrackPool(params.tracks, params.seed)
+    env = DistilledEnv(model, pool.tracks, params.env, device=device, seed=params.seed)
+    val_tracks = pool.validation_tracks()
+
+    uri = ml.tracking_uri()
+    own_run = run_id is None
+    if own_run:
+        client, run_id = ml.start_run(params.mlflow_experiment, f"train-{family}", {"s3.stage": "train", "s3.family": family}, uri)
+    else:
+        client = ml.client(uri)
+    assert run_id is not None
+    ml.log_params(client, run_id, {"family": family, "train": params.model_dump(mode="json")})
+    logger_cfg = {"class_name": WRITER, "run_id": run_id, "tracking_uri": uri}
+
+    steps_per_it = env.num_envs * params.ppo.num_steps_per_env
+    max_it = max(1, math.ceil(params.max_env_steps / steps_per_it))
+    history: list[dict[str, Any]] = []
+    best: dict[str, Any] = {"score": -math.inf}
+    status = "FINISHED"
+    with tempfile.TemporaryDirectory(prefix="s3-rsl-") as log_dir:
+        runner = make_runner(env, params.ppo, device, log_dir=log_dir, logger=logger_cfg)
+        done_it, t_ppo = 0, 0.0
+        try:
+            while done_it < max_it:
+                n_it = min(params.chunk_iterations, max_it - done_it)
+                t0 = time.perf_counter()
+                with quiet():
+                    runner.learn(n_it)
+                t_ppo += time.perf_counter() - t0
+                done_it += n_it
+                val = validate(runner.alg.get_policy(), model, val_tracks, params, device)
+                val.update({"iteration": done_it - 1, "env_steps": done_it * steps_per_it, "wall_s": round(time.perf_counter() - t_start, 2)})
+                history.append(val)
+                rewards = [v for t, _, v in ml.curve(run_id) if t == "Train/mean_reward"]
+                ml.log_metrics(
+                    client,
+                    run_id,
+                    {
+                        "val/score": val["score"],
+                        "val/completion_rate": val["completion_rate"],
+                        "val/mean_lap_time_s": val["mean_lap_time_s"],
+                        "train/env_steps": val["env_steps"],
+                        "train/invalid_model_steps": env.invalid_model_steps,
+                    },
+                    step=done_it - 1,
+                )
+                if val["score"] >= best["score"]:
+                    best = {"score": val["score"], "iteration": done_it - 1, "env_steps": val["env_steps"], "actor": _clone_state(runner.alg.get_policy()), "critic": _clone_state(runner.alg.critic), "summary": val}
+                say(
+                    f"train {family}: it {done_it}/{max_it}  {val['env_steps'] / 1e6:.2f} M steps  reward {rewards[-1] if rewards else float('nan'):.2f}  "
+                    f"val completion {val['mean_completion']:.2f} (laps {val['completion_rate']:.2f})  {time.perf_counter() - t_start:.0f} s"
+                )
+                if time.perf_counter() - t_start >= 60.0 * params.max_minutes:
+                    break
+                if done_it < max_it and params.tracks.refresh_fraction > 0:
+                    pool.refresh()
+                    env.set_tracks(pool.tracks)  # every car restarts on the refreshed pool
+                    runner.alg.actor.reset()
+                    runner.alg.critic.reset()
+                    runner.logger.cur_reward_sum.zero_()
+                    runner.logger.cur_episode_length.zero_()
+            actor, critic = runner.alg.get_policy(), runner.alg.critic
+            actor.load_state_dict(best["actor"])
+            critic.load_state_dict(best["critic"])
+            actor.eval()
+        except BaseException:
+            status = "FAILED"
+            raise
+        finally:
+            if own_run:
+                client.set_terminated(run_id, status=status)
+
+        # road course, nominal: information only (never used for selection)
+        road: dict[str, Any] = {"completed": None, "lap_time_s": None, "completion": None, "reason": "not run", "length_m": None}
+        if params.road_course_check:
+            policy = as_callable(deployable(actor).to(device), bool(getattr(actor, "is_recurrent", False)))
+            lap = drive_lap(policy, model, road_course("nominal"), params.env, device=device)
+            road = {"completed": lap.completed, "lap_time_s": lap.lap_time, "completion": round(min(lap.progress / lap.lap_length, 1.0), 4), "reason": lap.reason, "length_m": round(lap.lap_length, 1)}
+
+        wall = time.perf_counter() - t_start
+        env_steps = done_it * steps_per_it
+        model_folder = Path(model_folder) if model_folder is not None else None
+        meta = {
+            "format": "s3-policy-1",
+            "s3_version": __version__,
+            "family": family,
+            "dt": env.dt,
+            "dynamics_model": {
+                "folder": str(model_folder) if model_folder else None,
+                "sha256": _sha256(model_folder / "model.safetensors") if model_folder else None,
+                "use_mu": model.use_mu,
+                "history": model.history,
+            },
+            "obs": env.layout.to_json(),
+            "policy": {
+                "type": params.ppo.policy,
+                "recurrent": params.ppo.policy == "gru",
+                "num_actions": env.num_actions,
+                "export": "policy.ts",
+                "signature": "cmd[B,3] = policy(obs[B,D])" if params.ppo.policy == "mlp" else "cmd[B,3], h = policy(obs[B,D], h); h0 = policy.initial_state(B)",
+                "actor_cfg": runner.cfg["actor"],
+                "critic_cfg": runner.cfg["critic"],
+            },
+            "validation": {
+                "score": best["score"],
+                "score_definition": "mean share of a lap driven on held-out procedural tracks before failing or running out of time",
+                "iteration": best["iteration"],
+                "env_steps": best["env_steps"],
+                "track_seeds": [VALIDATION_SEED_BASE + params.seed * 1000 + i for i in range(params.tracks.validation_tracks)],
+                "starts_per_track": params.tracks.validation_starts,
+                "min_speed_m_s": params.validation_min_speed,
+                **{k: v for k, v in best["summary"].items() if k not in ("score",)},
+            },
+            "road_course_nominal": road,
+            "train": {
+                "wall_s": round(wall, 1),
+                "ppo_wall_s": round(t_ppo, 1),
+                "env_steps": env_steps,
+                "iterations": done_it,
+                "ppo_steps_per_s": round(env_steps / max(t_ppo, 1e-9)),
+                "invalid_model_steps": env.invalid_model_steps,
+                "episodes": int(env.episode_count),
+                "device": str(device),
+                "torch_threads": torch.get_num_threads(),
+            },
+            "history": [{k: v for k, v in h.items() if k != "reasons"} for h in history],
+            "params": params.model_dump(mode="json"),
+            "mlflow_run_id": run_id,
+        }
+        save_policy(folder, actor, critic, meta)
+
+    if plot_path is not None:
+        from s3.viz.train_plots import plot_learning_curve
+
+        plot_learning_curve(plot_path, ml.curve(run_id), history, steps_per_it, f"{family}: PPO in the distilled environment", best["env_steps"])
+    client = ml.client(uri)
+    ml.log_metrics(
+        client,
+        run_id,
+        {
+            "val/best_score": best["score"],
+            "road_course_nominal/completed": None if road["completed"] is None else float(road["completed"]),
+            "road_course_nominal/lap_time_s": road["lap_time_s"],
+            "train/wall_s": wall,
+            "train/ppo_steps_per_s": meta["train"]["ppo_steps_per_s"],
+        },
+        step=done_it - 1,
+    )
+    for f in (folder / "policy.json", Path(plot_path) if plot_path else None):
+        if f is not None and f.exists():
+            try:
+                client.log_artifact(run_id, str(f), artifact_path="train")
+            except Exception as e:  # an unreachable artifact store must not lose the trained policy
+                say(f"train {family}: could not log artifact {f.name} to MLflow ({e})")
+    say(f"train {family}: kept iteration {best['iteration']} (val {best['score']:.3f}); road course nominal: {road['reason']} {road['lap_time_s']} s; {wall:.0f} s -> {folder}")
+    return {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
+
+
+def train(
+    family: str,
+    models_dir: str | Path,
+    out_dir: str | Path,
+    plots_dir: str | Path,
+    params: TrainParams,
+    metrics_dir: str | Path | None = None,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """Train a policy in models/<family>/'s distilled env; write policies/<family>/ and the plot."""
+    from s3.dynamics.checkpoint import load_checkpoint
+
+    device = resolve_device(params.device)
+    model_folder = Path(models_dir) / family
+    model = load_checkpoint(model_folder, family, device)
+    summary = train_policy(model, Path(out_dir) / family, Path(plots_dir) / f"{family}.png", params, family, run_id, model_folder)
+    if metrics_dir is not None:
+        write_json_atomic(Path(metrics_dir) / f"{family}.json", summary)
+    return summary
+
+
+def train_many(
+    families: list[str],
+    models_dir: str | Path,
+    out_dir: str | Path,
+    plots_dir: str | Path,
+    params: TrainParams,
+    metrics_dir: str | Path | None = None,
+) -> dict[str, dict[str, Any]]:
+    """`train` each family in turn."""
+    return {f: train(f, models_dir, out_dir, plots_dir, params, metrics_dir) for f in families}

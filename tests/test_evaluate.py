@@ -1,0 +1,332 @@
+"""Evaluation in the source simulator: metrics on hand-made trajectories, the lap loop, and pid."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from s3.config import Params
+from s3.evaluate.drivers import Driver, PidDriver, TrackState, pid_factory
+from s3.evaluate.evaluate import evaluate_driver, start_perturbation, transfer_gap
+from s3.evaluate.metrics import aggregate, mean_ci, off_track_events, pedal_switches, run_metrics, steering_smoothness
+from s3.evaluate.params import EvaluateParams
+from s3.evaluate.run import run_lap
+from s3.sim.base import Control, VehicleState
+from s3.tracks.track import FrictionPatch, Track
+
+R = 100.0  # radius of the test circle (m); lap = 2 pi R
+DT = 0.1
+
+
+def circle(patches: tuple[FrictionPatch, ...] = ()) -> Track:
+    a = np.linspace(0.0, 2 * np.pi, 720, endpoint=False)
+    xy = np.stack([R * np.cos(a), R * np.sin(a)], axis=1)  # counter-clockwise from (R, 0)
+    return Track("circle", xy, np.full(720, 5.0), np.full(720, 4.0), patches)
+
+
+def straight_run(track: Track, speed: np.ndarray, d: np.ndarray | None = None, vy: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """A hand-made trajectory: progress integrates `speed` (sampled every DT) from s = 0."""
+    n = len(speed)
+    progress = np.concatenate([[0.0], np.cumsum(0.5 * (speed[1:] + speed[:-1]) * DT)])
+    z = np.zeros(n)
+    return {
+        "t": np.arange(n) * DT,
+        "vx": speed.astype(float),
+        "vy": z if vy is None else vy,
+        "steering_cmd": z.copy(),
+        "throttle_cmd": z.copy(),
+        "brake_cmd": z.copy(),
+        "s": np.mod(progress, track.length),
+        "d": z.copy() if d is None else d,
+        "progress": progress,
+        "mu": np.ones(n),
+    }
+
+
+# ---------------------------------------------------------------------- pure metric functions
+def test_off_track_events_count_entries_not_samples() -> None:
+    beyond = np.array([-1.0, 0.5, 0.7, -0.2, 0.0, 0.3, -1.0, 2.0])  # 0.0 = exactly on the edge: on track
+    assert off_track_events(beyond) == 3
+    assert off_track_events(beyond, tolerance=0.6) == 2
+    assert off_track_events(np.array([1.0, 1.0, -1.0])) == 1  # starting off track is one event
+
+
+def test_steering_smoothness_of_known_signals() -> None:
+    ramp = 0.05 * np.arange(50)  # 0.05 per step = 0.5 per s, no curvature
+    rate, jerk = steering_smoothness(ramp, DT)
+    assert rate == pytest.approx(0.5) and jerk == pytest.approx(0.0, abs=1e-9)
+    zigzag = 0.1 * (-1.0) ** np.arange(21)  # +-0.1 alternating: |rate| = 0.2 / dt, |jerk| = 0.4 / dt^2
+    rate, jerk = steering_smoothness(zigzag, DT)
+    assert rate == pytest.approx(2.0) and jerk == pytest.approx(40.0)
+
+
+def test_pedal_switches_ignore_coasting() -> None:
+    th = np.array([0.5, 0.0, 0.0, 0.0, 0.6, 0.02, 0.3])
+    br = np.array([0.0, 0.0, 0.4, 0.2, 0.0, 0.0, 0.0])
+    assert pedal_switches(th, br) == 2  # throttle -> (coast) -> brake -> throttle
+
+
+def test_mean_ci_matches_student_t() -> None:
+    m = mean_ci([1.0, 2.0, 3.0, 4.0, 5.0, None, float("nan")])
+    half = 2.7764451051977987 * math.sqrt(2.5) / math.sqrt(5)  # t(0.975, 4) * s / sqrt(n)
+    assert m["n"] == 5 and m["mean"] == pytest.approx(3.0) and m["std"] == pytest.approx(math.sqrt(2.5))
+    assert m["ci95"] == pytest.approx([3.0 - half, 3.0 + half]) and m["half_width"] == pytest.approx(half)
+    assert mean_ci([7.0])["ci95"] is None and mean_ci([])["mean"] is None
+
+
+# ---------------------------------------------------------------------- metrics of hand-made runs
+def test_known_lap_time_and_lateral_error() -> None:
+    track = circle()
+    v = 12.5
+    n = int(math.ceil(track.length / v / DT)) + 1
+    d = np.full(n, 0.5)
+    d[n // 2] = -1.5
+    tj = straight_run(track, np.full(n, v), d=d)
+    m = run_metrics(tj, track, completed=True, lap_time=track.length / v, progress=track.length, dt=DT)
+    assert m["completed"] and m["lap_time_s"] == pytest.approx(track.length / v)
+    assert m["distance_m"] == pytest.approx(track.length) and m["completion_fraction"] == 1.0
+    assert m["off_track_events"] == 0
+    assert m["max_abs_lateral_error_m"] == pytest.approx(1.5)
+    assert m["mean_abs_lateral_error_m"] == pytest.approx((0.5 * (n - 1) + 1.5) / n)
+    assert m["mean_speed_mps"] == pytest.approx(track.length / ((n - 1) * DT))
+
+
+def test_known_off_track_events_use_each_sides_width() -> None:
+    track = circle()  # w_left 5, w_right 4
+    n = 100
+    d = np.zeros(n)
+    d[10:15] = 5.5  # left edge 5: off
+    d[30:32] = -4.5  # right edge 4: off
+    d[50:55] = 4.5  # inside the left edge: on
+    d[70:72] = -5.5  # off again
+    tj = straight_run(track, np.full(n, 10.0), d=d)
+    m = run_metrics(tj, track, completed=False, lap_time=None, progress=float(tj["progress"][-1]), dt=DT)
+    assert m["off_track_events"] == 3
+    assert m["time_off_track_s"] == pytest.approx(9 * DT)
+    assert m["lap_time_s"] is None and not m["completed"]
+    assert run_metrics(tj, track, False, None, float(tj["progress"][-1]), DT, tolerance=1.0)["off_track_events"] == 1
+
+
+def test_known_ice_patch_crossing() -> None:
+    ice = FrictionPatch(100.0, 150.0, -6.0, 6.0, 0.15)
+    later = FrictionPatch(500.0, 520.0, -6.0, 6.0, 0.15)
+    track = circle((ice, later))
+    n = 120
+    speed = 20.0 - np.arange(n) * DT  # decelerating at 1 m/s^2
+    vy = np.zeros(n)
+    tj = straight_run(track, speed, vy=vy)
+    a = tj["progress"]
+    inside = (a > 100.0) & (a < 150.0)
+    k_peak = int(np.nonzero(inside)[0][3])
+    tj["vy"][k_peak] = math.tan(0.2) * speed[k_peak]  # sideslip 0.2 rad inside the patch
+    tj["vy"][5] = 5.0  # a bigger slip before the patch must not count
+    tj["mu"] = np.where(inside, 0.15, 1.0)
+    m = run_metrics(tj, track, completed=False, lap_time=None, progress=float(a[-1]), dt=DT,
+                    patches=[("ice", ice), ("later", later)])  # fmt: skip
+    first, second = m["patches"]
+    # speed is linear in time and progress is its exact integral: v(a) = sqrt(v0^2 - 2 a) (1 m/s^2)
+    # between samples the metric interpolates linearly, which is exact to ~1e-3 m/s here
+    assert first["attempted"] and first["crossed"] and first["crossed_on_track"]
+    assert first["entry_speed"] == pytest.approx(math.sqrt(400.0 - 200.0), abs=5e-3)
+    assert first["exit_speed"] == pytest.approx(math.sqrt(400.0 - 300.0), abs=5e-3)
+    assert first["peak_sideslip"] == pytest.approx(0.2)
+    assert first["touched_patch_mu"]
+    assert second == {"label": "later", "attempted": False, "crossed": False, "crossed_on_track": False,
+                      "entry_speed": None, "exit_speed": None, "peak_sideslip": None, "touched_patch_mu": False}  # fmt: skip
+    # the same run leaving the road inside the patch crossed it, but not on track
+    tj["d"] = np.where(inside & (a > 120.0), 6.0, 0.0)
+    m2 = run_metrics(tj, track, False, None, float(a[-1]), DT, patches=[("ice", ice)])
+    assert m2["patches"][0]["crossed"] and not m2["patches"][0]["crossed_on_track"]
+    agg = aggregate([m, m2])
+    assert agg["patches"][0]["attempted"] == 2 and agg["patches"][0]["crossed_on_track"] == 1
+    assert agg["patches"][0]["crossing_rate"]["mean"] == pytest.approx(0.5)
+    assert agg["patches"][1]["attempted"] == 0 and agg["patches"][1]["crossing_rate"]["mean"] is None
+    assert agg["completion_rate"]["mean"] == 0.0 and agg["lap_time_s"]["n"] == 0
+
+
+def test_a_run_ending_inside_a_patch_is_attempted_not_crossed() -> None:
+    ice = FrictionPatch(100.0, 150.0, -6.0, 6.0, 0.15)
+    track = circle((ice,))
+    tj = straight_run(track, np.full(62, 20.0))  # ends at 122 m
+    p = run_metrics(tj, track, False, None, float(tj["progress"][-1]), DT)["patches"][0]
+    assert p["attempted"] and not p["crossed"] and p["entry_speed"] == pytest.approx(20.0) and p["exit_speed"] is None
+
+
+# ---------------------------------------------------------------------- the lap loop
+class RailSim:
+    """A fake SourceSim that slides the car along the centerline at constant speed (d drifts)."""
+
+    name, version, control_dt, wheelbase, max_steer = "rail", "0", DT, 2.7, 0.5
+
+    def __init__(self, speed: float, drift: float = 0.0) -> None:
+        self.speed, self.drift = speed, drift
+
+    def reset(self, track: Track, x: float, y: float, yaw: float, speed: float) -> VehicleState:
+        self.track, self.t = track, 0.0
+        self.s0 = float(track.project(np.array([[x, y]])).s[0])
+        return self._state()
+
+    def _state(self) -> VehicleState:
+        s = self.s0 + self.speed * self.t
+        x, y, h = (float(v) for v in self.track.pose_at(np.array(s), np.array(self.drift * self.t)))
+        return VehicleState(self.t, x, y, h, self.speed, 0.0, 0.0, 0.0)
+
+    def step(self, control: Control) -> VehicleState:
+        self.t += DT
+        return self._state()
+
+    def close(self) -> None:
+        pass
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def reset(self, track: Track, state: VehicleState) -> None:
+        self.calls = 0
+
+    def act(self, state: VehicleState, where: TrackState) -> Control:
+        self.calls += 1
+        return Control(0.1, 0.5, 0.0)
+
+
+def test_run_lap_interpolates_the_lap_time_and_stops_off_track() -> None:
+    track = circle()
+    drv = Recorder()
+    assert isinstance(drv, Driver)
+    r = run_lap(RailSim(13.0), track, drv, start_s=200.0)
+    assert r.completed and r.reason == "lap"
+    assert r.lap_time == pytest.approx(track.length / 13.0, abs=0.02)  # polyline vs arc: ~1e-3 relative
+    assert r.progress == pytest.approx(track.length)
+    tj = r.trajectory
+    assert len(tj["t"]) == r.steps + 1 and tj["steering_cmd"][0] == 0.0 and tj["steering_cmd"][1] == pytest.approx(0.1)
+    off = run_lap(RailSim(13.0, drift=1.0), track, Recorder(), start_s=0.0, fail_distance=2.0)
+    assert off.reason == "off_track" and not off.completed
+    assert off.trajectory["d"][-1] > 5.0 + 2.0 and off.progress < track.length
+
+
+def test_params_reject_unknown_keys_and_bad_starts() -> None:
+    with pytest.raises(ValidationError):
+        EvaluateParams(bogus=1)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError):
+        EvaluateParams(start_fractions=[1.2])
+    ep = EvaluateParams()
+    assert start_perturbation(1, 0, ep) == start_perturbation(1, 0, ep) != start_perturbation(2, 0, ep)
+    d, h, v = start_perturbation(3, 1, ep)
+    assert abs(d) <= ep.perturb_lateral and abs(h) <= ep.perturb_heading and abs(v - ep.start_speed) <= ep.perturb_speed
+
+
+# ---------------------------------------------------------------------- end to end: pid on the road course
+@pytest.fixture(scope="module")
+def pid_eval(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    tmp = tmp_path_factory.mktemp("eval")
+    ep = EvaluateParams(start_fractions=[0.0], seeds=[0], gif_frame_seconds=4.0)
+    out = evaluate_driver("pid", pid_factory(ep.pid), Params(), tmp / "metrics" / "pid.json", tmp / "plots", ep)
+    return tmp, out
+
+
+def test_pid_completes_the_nominal_road_course(pid_eval: tuple[Path, dict]) -> None:
+    tmp, out = pid_eval
+    nominal = out["conditions"]["nominal"]["runs"][0]
+    assert nominal["completed"], nominal["reason"]
+    assert 100.0 < nominal["lap_time_s"] < 200.0  # ~2.8 km at a realistic road-car pace
+    assert nominal["off_track_events"] == 0
+    print(f"\npid nominal lap {nominal['lap_time_s']:.1f} s, mean speed {nominal['mean_speed_mps']:.1f} m/s")
+    ice = out["conditions"]["ice"]
+    print(f"pid ice completion {ice['aggregate']['completion_rate']['mean']}, "
+          f"lap {ice['runs'][0]['lap_time_s']}, reason {ice['runs'][0]['reason']}, "
+          f"patch crossing rate {ice['aggregate']['patch_crossing_rate']['mean']}")  # fmt: skip
+    assert len(ice["runs"][0]["patches"]) == 7
+    written = json.loads((tmp / "metrics" / "pid.json").read_text())
+    assert written["summary"]["nominal"]["completion_rate"] == 1.0
+    for p in out["plots"]:
+        assert Path(p).stat().st_size > 1000
+    assert {Path(p).name for p in out["plots"]} >= {"pid_nominal_track.png", "pid_ice_traces.png", "pid_nominal_lap.gif"}
+    gap = transfer_gap(out["conditions"]["nominal"]["aggregate"], out["conditions"]["nominal"]["aggregate"])
+    assert gap["lap_time_s"]["gap"] == 0.0
+
+
+def test_source_runs_are_deterministic() -> None:
+    from s3.sim.factory import make_sim
+    from s3.tracks.road_course import road_course
+
+    sim = make_sim(Params().sim)
+    track = road_course("nominal")
+    a = run_lap(sim, track, PidDriver.for_sim(sim), start_s=1000.0, start_speed=5.0, max_seconds=20.0)
+    b = run_lap(sim, track, PidDriver.for_sim(sim), start_s=1000.0, start_speed=5.0, max_seconds=20.0)
+    assert np.array_equal(a.trajectory["x"], b.trajectory["x"]) and np.array_equal(a.trajectory["throttle_cmd"], b.trajectory["throttle_cmd"])
+
+
+# ---------------------------------------------------------------------- policies in the source simulator
+def test_policy_driver_rebuilds_the_distilled_env_observation() -> None:
+    """Same pose, state and commands: the source-side observation equals the env's (oracle layout)."""
+    import torch
+
+    from s3.dynamics.bicycle import BicycleModel, fit_bicycle
+    from s3.dynamics.synthetic import generate_rollouts
+    from s3.evaluate.policy_driver import PolicyDriver
+    from s3.rl.env import DistilledEnv
+    from s3.rl.params import EnvParams
+    from s3.tracks.generate import ProceduralTrackParams, procedural_track
+
+    df = generate_rollouts(n_episodes=4, episode_steps=100, seed=1).sort_values(["episode", "step"])
+    s = df[["vx", "vy", "yaw_rate", "steer"]].to_numpy(np.float32)
+    a = df[["steering_cmd", "throttle_cmd", "brake_cmd"]].to_numpy(np.float32)
+    same = df["episode"].to_numpy()[1:] == df["episode"].to_numpy()[:-1]
+    model = BicycleModel(history=5, dt=0.1, use_mu=False, fit=fit_bicycle(s[:-1][same], a[:-1][same], s[1:][same], 0.1))
+    track = procedural_track(7, ProceduralTrackParams(patch_probability=1.0, patches_min=3, patches_max=5))
+    ep = EnvParams(num_envs=1, surface_label=True)
+    env = DistilledEnv(model, [track], ep, device="cpu", seed=0, auto_reset=False)
+    obs = env.reset_to(torch.tensor([0]), torch.tensor([track.patches[0].s_start - 20.0]), 0.7, 0.05, 8.0)["policy"][0].numpy()
+    action = torch.tensor([[0.1, 0.3]])
+    drv = PolicyDriver(lambda: (lambda o: action), env.layout, 0.1, ep.track_ds,
+                       hold_throttle=lambda v: float(env.hold_throttle(torch.tensor([v]))[0]))  # fmt: skip
+
+    def state() -> VehicleState:
+        x, y, yaw = env.pose[0].tolist()
+        return VehicleState(0.0, x, y, yaw, *env.hs[0, -1].tolist())
+
+    drv.reset(track, state())
+    where = TrackState(0.0, 0.0, 0.0, 0.0, 5.0, 5.0, 0, 0.0)
+    cmd = drv.act(state(), where)
+    assert (cmd.steering, cmd.throttle, cmd.brake) == pytest.approx((0.1, 0.3, 0.0))
+    np.testing.assert_allclose(drv._last_obs, obs, atol=1e-4)
+    surf = env.layout.groups["surface"]
+    seen_ice = False
+    for _ in range(25):
+        obs = env.step(action)[0]["policy"][0].numpy()
+        drv.act(state(), where)
+        np.testing.assert_allclose(drv._last_obs, obs, atol=1e-4)
+        seen_ice |= bool((obs[surf] < 0.5).any())
+    assert seen_ice  # the friction preview was exercised
+
+
+def test_policy_driver_drives_the_source_sim() -> None:
+    """The env's observation-only pure-pursuit controller, through PolicyDriver, laps in MuJoCo."""
+    from s3.evaluate.policy_driver import PolicyDriver
+    from s3.rl.controllers import PurePursuit
+    from s3.rl.observations import obs_layout
+    from s3.rl.params import EnvParams
+    from s3.sim.factory import make_sim
+    from s3.tracks.generate import procedural_track
+
+    sim = make_sim(Params().sim)
+    layout = obs_layout(EnvParams())
+    drv = PolicyDriver(lambda: PurePursuit(layout, wheelbase=sim.wheelbase, max_steer=sim.max_steer), layout, sim.control_dt)
+    track = procedural_track(1002).without_patches()
+    r = run_lap(sim, track, drv, start_s=0.0, start_speed=5.0, max_seconds=150.0)
+    assert r.completed, (r.reason, r.progress)
+
+
+def test_an_empty_run_is_a_failed_run_that_aggregates() -> None:
+    m = run_metrics({}, circle(), False, None, 0.0, DT)
+    assert not m["completed"] and m["off_track_events"] is None
+    agg = aggregate([m, m])
+    assert agg["completion_rate"]["mean"] == 0.0 and agg["off_track_events"]["n"] == 0
+    json.dumps(agg, allow_nan=False)

@@ -1,0 +1,115 @@
+"""The Prefect flow over the DVC pipeline: stages from DVC, mapped families, cached second run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # `flows` lives at the repository root
+
+pytestmark = pytest.mark.slow
+FAMILIES = ("bicycle", "ddm", "transformer", "dytr")
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory):
+    """One temporary Prefect server and result store for the whole session (~17 s)."""
+    from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"  # no network here; quieter logs
+    with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: tmp_path_factory.mktemp("prefect-results")}):
+        with prefect_test_harness(server_startup_timeout=120):
+            yield
+
+
+def _task_states(flow_state) -> dict[str, str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as c:
+        runs = c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_state.state_details.flow_run_id])))
+    return {tr.name: tr.state.name for tr in runs}
+
+
+def test_generations_come_from_dvc() -> None:
+    from flows.pipeline import stage_generations
+
+    gens = stage_generations(str(ROOT))
+    assert gens[0] == ["collect"]
+    assert gens[1] == sorted(f"distill@{f}" for f in FAMILIES)
+    assert stage_generations(str(ROOT), ["distill@ddm"]) == [["collect"], ["distill@ddm"]]
+
+
+def test_flow_runs_stages_then_serves_them_from_cache(prefect_harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.pipeline import pipeline
+    from s3.platform.workspace import prepare_workspace
+
+    ws = prepare_workspace(ROOT, tmp_path / "ws", "params_quick.yaml", share_cache=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("S3_MLFLOW", "1")
+
+    first = pipeline(root=str(ws), return_state=True)
+    assert first.is_completed(), first
+    ran = first.result()
+    assert ran == {"collect": True, **{f"distill@{f}": True for f in FAMILIES}}
+    states = _task_states(first)
+    assert set(states) == set(ran) and set(states.values()) == {"Completed"}
+
+    second = pipeline(root=str(ws), return_state=True)
+    assert second.is_completed()
+    assert set(_task_states(second).values()) == {"Cached"}
+
+    # a DVC-level change re-runs exactly that stage; the rest stay cached
+    params = ws / "params.yaml"
+    params.write_text(params.read_text().replace("transformer: {d_model: 16, layers: 1", "transformer: {d_model: 16, layers: 2"))
+    third = pipeline(root=str(ws), return_state=True)
+    states = _task_states(third)
+    assert states.pop("distill@transformer") == "Completed" and set(states.values()) == {"Cached"}
+
+    # outputs deleted behind Prefect's back: DVC says changed, so the key is not trusted
+    import shutil
+
+    shutil.rmtree(ws / "models" / "ddm")
+    fourth = pipeline(root=str(ws), return_state=True)
+    states = _task_states(fourth)
+    assert states.pop("distill@ddm") == "Completed" and set(states.values()) == {"Cached"}
+    assert (ws / "models" / "ddm" / "model.safetensors").exists()
+
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"])
+    runs = c.search_runs([c.get_experiment_by_name("s3").experiment_id])
+    parents = {r.info.run_id: r for r in runs if r.data.tags.get("s3.kind") == "pipeline"}
+    assert len(parents) == 4 and all(r.info.status == "FINISHED" and r.data.tags["s3.runner"] == "prefect" for r in parents.values())
+    fam = [r for r in runs if r.data.tags.get("s3.kind") == "family"]
+    assert {r.data.tags["s3.family"] for r in fam} == set(FAMILIES)
+    assert all(r.data.tags["mlflow.parentRunId"] in parents for r in fam)
+    assert all("distill/rollout.all.fde_1s" in r.data.metrics for r in fam)
+
+
+def test_nightly_regression_fails_on_degraded_metrics(prefect_harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Record a baseline from one nightly run, degrade it, and the next nightly run fails."""
+    import json
+
+    from flows.nightly import RegressionFailed, nightly_regression
+
+    monkeypatch.setenv("S3_MLFLOW", "0")
+    ws = tmp_path / "nightly"
+    ws.mkdir()
+    base = tmp_path / "baseline.json"
+    kw = {"source": str(ROOT), "workdir": str(ws), "baseline": str(base), "share_cache": False, "mlflow": False, "targets": ["distill@bicycle"]}
+    msg = nightly_regression(record=True, **kw)  # bicycle only keeps this quick
+    assert "recorded" in msg and set(json.loads(base.read_text())["metrics"]) == {"metrics/distill/bicycle.json"}
+    assert "no regression" in nightly_regression(**kw)
+    b = json.loads(base.read_text())
+    b["metrics"]["metrics/distill/bicycle.json"]["rollout.all.fde_1s"] /= 2
+    base.write_text(json.dumps(b))
+    state = nightly_regression(return_state=True, **kw)
+    assert state.is_failed()
+    with pytest.raises(RegressionFailed, match="REGRESSION"):
+        state.result()

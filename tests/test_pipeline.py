@@ -1,0 +1,101 @@
+"""The quick pipeline end to end through `dvc repro` in a scratch copy of the repository."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+FAMILIES = ("bicycle", "ddm", "transformer", "dytr")
+
+pytestmark = pytest.mark.slow
+
+
+def _dvc(ws: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "dvc"), *args], cwd=ws, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from s3.platform.workspace import prepare_workspace
+
+    ws = prepare_workspace(ROOT, tmp_path_factory.mktemp("quick") / "ws", "params_quick.yaml", share_cache=False)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "MLFLOW_TRACKING_URI": f"sqlite:///{ws / 'mlflow.db'}", "S3_MLFLOW": "1"}
+    env.pop("S3_MLFLOW_PARENT_RUN_ID", None)
+    t0 = time.perf_counter()
+    first = _dvc(ws, "repro", env=env)
+    t1 = time.perf_counter()
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    second = _dvc(ws, "repro", env=env)
+    t2 = time.perf_counter()
+    print(f"\ndvc repro (quick): {t1 - t0:.1f} s; second dvc repro: {t2 - t1:.1f} s")
+    return {"ws": ws, "env": env, "first": first, "second": second}
+
+
+def test_repro_runs_every_stage_then_skips(quick: dict) -> None:
+    ws, first, second = quick["ws"], quick["first"], quick["second"]
+    for stage in ["collect", *(f"distill@{f}" for f in FAMILIES)]:
+        assert f"Running stage '{stage}'" in first.stdout
+    assert (ws / "data/rollouts/manifest.json").exists()
+    assert (ws / "plots/collect/sample_episodes.png").exists()
+    for f in FAMILIES:
+        assert (ws / "models" / f / "model.safetensors").exists()
+        assert json.loads((ws / "metrics/distill" / f"{f}.json").read_text())["family"] == f
+        assert (ws / "plots/distill" / f"{f}_error_vs_horizon.png").exists()
+    lock = (ws / "dvc.lock").read_text()
+    assert "distill@dytr" in lock and "collect" in lock
+    assert second.returncode == 0 and "Running stage" not in second.stdout
+    assert "Data and pipelines are up to date" in second.stdout
+
+
+def test_family_param_reruns_only_that_family(quick: dict) -> None:
+    ws, env = quick["ws"], quick["env"]
+    params = ws / "params.yaml"
+    orig = params.read_text()
+    try:
+        params.write_text(orig.replace("transformer: {d_model: 16, layers: 1", "transformer: {d_model: 16, layers: 2"))
+        status = _dvc(ws, "status", "--json", env=env)
+        assert status.returncode == 0, status.stderr
+        assert set(json.loads(status.stdout)) == {"distill@transformer"}
+        params.write_text(orig.replace("history: 4", "history: 5"))
+        changed = set(json.loads(_dvc(ws, "status", "--json", env=env).stdout))
+        assert changed == {f"distill@{f}" for f in FAMILIES}
+    finally:
+        params.write_text(orig)
+    assert json.loads(_dvc(ws, "status", "--json", env=env).stdout) == {}
+
+
+def test_metrics_show_and_mlflow_runs_carry_accuracy(quick: dict) -> None:
+    ws, env = quick["ws"], quick["env"]
+    shown = _dvc(ws, "metrics", "show", "--json", env=env)
+    assert shown.returncode == 0 and "fde_1s" in shown.stdout
+
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    exp = c.get_experiment_by_name("s3")
+    runs = c.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("s3.kind") == "pipeline"]
+    children = {r.data.tags["s3.family"]: r for r in runs if r.data.tags.get("s3.kind") == "family"}
+    assert len(parents) == 1 and set(children) == set(FAMILIES)
+    parent = parents[0]
+    assert "s3.git_commit" in parent.data.tags and parent.data.tags["s3.dvc_lock_sha"] != "none"
+    assert parent.data.metrics["collect/rows"] > 0
+    for fam, run in children.items():
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        m = run.data.metrics
+        metrics = json.loads((ws / "metrics/distill" / f"{fam}.json").read_text())
+        assert m["distill/one_step_rmse.vx"] == pytest.approx(metrics["one_step_rmse"]["vx"])
+        assert "distill/rollout.all.fde_1s" in m and "distill/throughput_steps_per_s.16" in m
+        assert run.data.params["distill.history"] == "4"
+        others = set(FAMILIES) - {fam, "bicycle"}
+        assert not any(k.startswith(tuple(f"distill.{o}." for o in others)) for k in run.data.params)
+        arts = {a.path for a in c.list_artifacts(run.info.run_id, "distill")}
+        assert f"distill/{fam}_error_vs_horizon.png" in arts

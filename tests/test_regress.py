@@ -1,0 +1,125 @@
+"""The regression check: passes on equal metrics, fails (exit 1, readable) on degraded ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from s3.cli import app
+from s3.platform.regress import RegressParams, compare, record, run_check
+
+BIN = Path(sys.executable).parent
+
+
+def _eval(rate: float, lap: float | None, cond: str = "nominal") -> dict:
+    """The shape `s3 evaluate` writes to metrics/eval/<family>.json (the judged part)."""
+    summary = {"completion_rate": rate, "completed": round(rate * 10), "runs": 10, "lap_time_s": {"mean": lap, "ci95": None, "n": 10}}
+    return {"summary": {cond: summary}, "nominal": {"runs": [{"completed": True}]}}
+
+
+def _distill_metrics(fde: float = 0.2, rmse: float = 0.1, div: float | None = 0.0) -> dict:
+    return {
+        "family": "ddm",
+        "one_step_rmse": {"vx": rmse, "vy": rmse / 2, "yaw_rate": 0.05, "steer": 0.01},
+        "rollout": {"all": {"windows": 100, "ade_1s": fde / 2, "fde_1s": fde, "fde_2s": 3 * fde}, "ice": {"windows": 0, "fde_1s": None}},
+        "divergence": {"rate": div, "rollouts": 10},
+        "throughput_steps_per_s": {"1": 1000.0},
+        "error_vs_horizon": {"all": [0.1, 0.2]},
+    }
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "metrics/distill").mkdir(parents=True)
+    (tmp_path / "metrics/eval").mkdir(parents=True)
+    (tmp_path / "metrics/distill/ddm.json").write_text(json.dumps(_distill_metrics()))
+    (tmp_path / "metrics/eval/ddm.json").write_text(json.dumps(_eval(1.0, 120.0)))
+    return tmp_path
+
+
+def _write(ws: Path, name: str, obj: dict) -> None:
+    (ws / name).write_text(json.dumps(obj))
+
+
+def test_equal_metrics_pass_and_degraded_fail(ws: Path) -> None:
+    p = RegressParams()
+    base = record(ws, p)
+    assert base == ws / "baselines/regression.json"
+    tracked = json.loads(base.read_text())["metrics"]
+    assert "rollout.all.fde_1s" in tracked["metrics/distill/ddm.json"]
+    assert "throughput_steps_per_s.1" not in tracked["metrics/distill/ddm.json"]  # speed is not judged
+    assert set(tracked["metrics/eval/ddm.json"]) == {"summary.nominal.completion_rate", "summary.nominal.lap_time_s.mean"}
+
+    ok, text = run_check(ws, p)
+    assert ok and "no regression" in text
+
+    _write(ws, "metrics/distill/ddm.json", _distill_metrics(fde=0.2 * 1.09))  # within 10 %
+    assert run_check(ws, p)[0]
+    _write(ws, "metrics/distill/ddm.json", _distill_metrics(fde=0.2 * 1.5))
+    ok, text = run_check(ws, p)
+    assert not ok
+    assert "FAIL error" in text and "rollout.all.fde_1s" in text and "+50.0 %" in text
+    assert text.splitlines()[-1].startswith("REGRESSION")
+
+
+@pytest.mark.parametrize(
+    "evalm, ok",
+    [
+        (_eval(0.97, 121.0), True),  # within 0.05 and 5 %
+        (_eval(0.90, 120.0), False),  # completion dropped
+        (_eval(1.0, 130.0), False),  # lap time +8 %
+        (_eval(0.0, None), False),  # no lap any more
+        (_eval(1.0, 120.0, cond="ice"), False),  # the nominal condition disappeared
+    ],
+)
+def test_policy_quality_tolerances(ws: Path, evalm: dict, ok: bool) -> None:
+    p = RegressParams()
+    record(ws, p)
+    _write(ws, "metrics/eval/ddm.json", evalm)
+    assert run_check(ws, p)[0] is ok
+
+
+def test_diverged_metric_is_a_regression(ws: Path) -> None:
+    p = RegressParams()
+    record(ws, p)
+    _write(ws, "metrics/distill/ddm.json", _distill_metrics(div=None))
+    ok, text = run_check(ws, p)
+    assert not ok and "divergence.rate: 0 -> missing/null" in text
+
+
+def test_cli_exit_codes(ws: Path) -> None:
+    runner = CliRunner()
+    r = runner.invoke(app, ["regress"])
+    assert r.exit_code == 2 and "no baseline" in r.output
+    assert runner.invoke(app, ["regress", "--record"]).exit_code == 0
+    r = runner.invoke(app, ["regress"])
+    assert r.exit_code == 0, r.output
+    _write(ws, "metrics/distill/ddm.json", _distill_metrics(rmse=0.5))
+    r = runner.invoke(app, ["regress", "--set", "regress.error_growth_pct=1000"])
+    assert r.exit_code == 0, r.output  # tolerances come from params
+    r = runner.invoke(app, ["regress"])
+    assert r.exit_code == 1 and "one_step_rmse.vx" in r.output and "REGRESSION" in r.output
+
+
+def test_against_a_git_ref(ws: Path) -> None:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for cmd in (["init", "-q"], ["add", "metrics"], ["commit", "-qm", "baseline"]):
+        subprocess.run(["git", *cmd], cwd=ws, check=True, env=env)
+    p = RegressParams()
+    assert run_check(ws, p, ref="HEAD")[0]
+    _write(ws, "metrics/distill/ddm.json", _distill_metrics(fde=1.0))
+    ok, text = run_check(ws, p, ref="HEAD")
+    assert not ok and "git ref HEAD" in text
+
+
+def test_compare_reports_new_metrics_without_judging() -> None:
+    p = RegressParams()
+    checks, new = compare({"metrics/distill/a.json": {"one_step_rmse.vx": 0.1}}, {"metrics/distill/a.json": {"one_step_rmse": {"vx": 0.1, "vy": 9.0}}}, p)
+    assert all(c.ok for c in checks) and new == ["metrics/distill/a.json one_step_rmse.vy"]

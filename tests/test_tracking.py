@@ -1,0 +1,115 @@
+"""MLflow helpers: one parent run per pipeline run, one child per family, skippable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from s3.platform import tracking
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def ws(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", db)
+    monkeypatch.setenv("S3_MLFLOW", "1")
+    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    monkeypatch.setattr(tracking, "EXPERIMENT", f"s3-{tmp_path.name}")
+    (tmp_path / "params.yaml").write_text("seed: 0\n")
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\n")
+    return tmp_path
+
+
+METRICS = {
+    "one_step_rmse": {"vx": 0.12, "vy": 0.1},
+    "rollout": {"all": {"windows": 30, "fde_1s": 0.2}, "ice": {"fde_1s": None}},
+    "error_vs_horizon": {"all": [0.01, 0.02, 0.04]},
+    "device": "cpu",
+}
+
+
+def _runs(ws: Path) -> list:
+    c = tracking.client(ws)
+    return c.search_runs([c.get_experiment_by_name(tracking.EXPERIMENT).experiment_id])
+
+
+def test_tracking_uri_is_explicit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert tracking.tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////x/y.db")
+    assert tracking.tracking_uri(tmp_path) == "sqlite:////x/y.db"
+
+
+def test_families_share_one_parent_and_carry_accuracy(ws: Path) -> None:
+    (ws / "m.json").write_text(json.dumps(METRICS))
+    (ws / "plot.png").write_bytes(b"\x89PNG fake")
+    rid_a = tracking.log_stage("distill", "ddm", {"history": 10, "ddm": {"gru_hidden": 8}}, ws / "m.json", [ws / "plot.png"])
+    rid_b = tracking.log_stage("distill", "transformer", {"history": 10}, METRICS)
+    again = tracking.log_stage("train", "ddm", {"steps": 5}, {"reward": 3.0})  # a later stage, same family run
+    assert again == rid_a and rid_b != rid_a
+    tracking.log_stage("collect", None, {"episodes": 4}, {"rows": 160})
+
+    runs = {r.info.run_id: r for r in _runs(ws)}
+    assert len(runs) == 3
+    parent = next(r for r in runs.values() if r.data.tags["s3.kind"] == "pipeline")
+    assert parent.data.metrics["collect/rows"] == 160 and parent.data.params["collect.episodes"] == "4"
+    assert {"s3.git_commit", "s3.dvc_lock_sha"} <= set(parent.data.tags)
+    a = runs[rid_a]
+    assert a.data.tags["mlflow.parentRunId"] == parent.info.run_id and a.data.tags["s3.family"] == "ddm"
+    assert a.data.metrics["distill/one_step_rmse.vx"] == pytest.approx(0.12)
+    assert a.data.metrics["distill/rollout.all.fde_1s"] == pytest.approx(0.2)
+    assert a.data.metrics["train/reward"] == 3.0
+    assert "distill/rollout.ice.fde_1s" not in a.data.metrics  # null (diverged / empty) is skipped
+    assert a.data.params["distill.ddm.gru_hidden"] == "8" and a.data.params["train.steps"] == "5"
+    hist = tracking.client(ws).get_metric_history(rid_a, "distill/error_vs_horizon.all")
+    assert [m.value for m in sorted(hist, key=lambda m: m.step)] == pytest.approx([0.01, 0.02, 0.04])
+    assert [f.path for f in tracking.client(ws).list_artifacts(rid_a, "distill")] == ["distill/plot.png"]
+
+
+def test_rerun_with_other_param_value_keeps_first_and_tags_the_new(ws: Path) -> None:
+    rid = tracking.log_stage("distill", "dytr", {"lr": 0.1}, {})
+    tracking.log_stage("distill", "dytr", {"lr": 0.2}, {})
+    run = tracking.client(ws).get_run(rid)
+    assert run.data.params["distill.lr"] == "0.1" and run.data.tags["param_rerun.distill.lr"] == "0.2"
+
+
+def test_flow_parent_from_env_and_finish(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = tracking.start_pipeline_run(ws, tags={"s3.runner": "test"})
+    monkeypatch.setenv(tracking.PARENT_ENV, parent)
+    rid = tracking.log_stage("distill", "bicycle", {}, METRICS)
+    (ws / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    tracking.finish_pipeline_run(parent, ws)
+    c = tracking.client(ws)
+    assert c.get_run(rid).data.tags["mlflow.parentRunId"] == parent
+    p = c.get_run(parent)
+    assert p.info.status == "FINISHED" and p.data.tags["s3.dvc_lock_sha"] == tracking._sha(ws / "dvc.lock")
+
+
+def test_switched_off(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("S3_MLFLOW", "0")
+    assert tracking.log_stage("distill", "ddm", {}, METRICS) is None
+    assert not (ws / "mlflow.db").exists()
+
+
+def test_tracking_trouble_never_fails_a_stage(ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://nowhere")
+    assert tracking.log_stage_safely("distill", "ddm", {}, METRICS) is None
+    assert "MLflow logging skipped" in capsys.readouterr().err
+
+
+def test_runs_are_closed_and_commit_can_be_given(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("S3_GIT_COMMIT", "abc123")
+    rid = tracking.log_stage("distill", "ddm", {}, METRICS)
+    c = tracking.client(ws)
+    run = c.get_run(rid)
+    assert run.info.status == "FINISHED"
+    parent = c.get_run(run.data.tags["mlflow.parentRunId"])
+    assert parent.data.tags["s3.git_commit"] == "abc123"
+    assert tracking.log_stage("evaluate", "ddm", {}, {"completion_rate": 1.0}) == rid  # still the family's run

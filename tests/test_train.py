@@ -1,0 +1,151 @@
+"""Tests of PPO in the distilled environment: a tiny training run, the saved and exported policy,
+MLflow logging and the throughput benchmark. One torch thread, a bicycle fitted on synthetic data."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from s3.dynamics.bicycle import BicycleModel, fit_bicycle
+from s3.dynamics.checkpoint import save_checkpoint
+from s3.dynamics.synthetic import generate_rollouts
+from s3.rl.bench import bench_env
+from s3.rl.env import DistilledEnv, policy_to_command
+from s3.rl.export import SCRIPT, WEIGHTS, as_callable, deployable, load_actor, load_exported, load_policy_fn, save_policy
+from s3.rl.params import EnvParams, PPOParams, TrainParams
+from s3.rl.ppo import make_runner, quiet
+from s3.rl.train import train
+from s3.tracks.generate import procedural_track
+
+torch.set_num_threads(1)
+
+TINY = {
+    "seed": 1,
+    "device": "cpu",
+    "max_env_steps": 128 * 16 * 24,  # 24 PPO iterations
+    "chunk_iterations": 8,
+    "validation_min_speed": 15.0,
+    "road_course_check": False,
+    "progress_bar": False,
+    "env": {"num_envs": 128, "episode_seconds": 20.0},
+    "tracks": {"pool_size": 4, "validation_tracks": 2, "validation_starts": 1},
+    "ppo": {"num_steps_per_env": 16, "actor_hidden": [64, 64], "critic_hidden": [64, 64], "learning_epochs": 3, "mini_batches": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def bicycle() -> BicycleModel:
+    """A bicycle fitted on synthetic rollouts of the known single-track car (as in test_rl_env)."""
+    df = generate_rollouts(n_episodes=16, episode_steps=200, seed=1).sort_values(["episode", "step"])
+    s = df[["vx", "vy", "yaw_rate", "steer"]].to_numpy(np.float32)
+    a = df[["steering_cmd", "throttle_cmd", "brake_cmd"]].to_numpy(np.float32)
+    same = df["episode"].to_numpy()[1:] == df["episode"].to_numpy()[:-1]
+    fit = fit_bicycle(s[:-1][same], a[:-1][same], s[1:][same], 0.1, df["mu_mean"].to_numpy()[:-1][same] >= 0.5)
+    return BicycleModel(history=5, dt=0.1, use_mu=False, fit=fit)
+
+
+@pytest.fixture(scope="module")
+def tracks() -> list:
+    return [procedural_track(i) for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def trained(bicycle, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One tiny `train` stage run from a saved checkpoint, with its own MLflow database."""
+    root = tmp_path_factory.mktemp("train")
+    save_checkpoint(bicycle, root / "models" / "bicycle")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+    try:
+        summary = train("bicycle", root / "models", root / "policies", root / "plots", TrainParams.model_validate(TINY), metrics_dir=root / "metrics")
+    finally:
+        mp.undo()
+    return {"root": root, "summary": summary}
+
+
+def _mean_step_reward(env: DistilledEnv, policy, steps: int = 60) -> float:
+    env.generator.manual_seed(7)
+    obs = env.reset()["policy"]
+    total = 0.0
+    for _ in range(steps):
+        td, rew, _, _ = env.step(policy(obs))
+        obs, total = td["policy"], total + float(rew.mean())
+    return total / steps
+
+
+def test_tiny_ppo_beats_random_and_writes_policy_files(trained, bicycle, tracks) -> None:
+    root, summary = trained["root"], trained["summary"]
+    folder = root / "policies" / "bicycle"
+    for name in (WEIGHTS, SCRIPT, "policy.json"):
+        assert (folder / name).stat().st_size > 0
+    assert (root / "plots" / "bicycle.png").stat().st_size > 0
+    assert json.loads((root / "metrics" / "bicycle.json").read_text())["family"] == "bicycle"
+    meta = json.loads((folder / "policy.json").read_text())
+    assert meta["obs"]["dim"] == 119 and meta["policy"]["type"] == "mlp"
+    assert 0.0 <= meta["validation"]["score"] <= 1.0 and meta["validation"]["score"] == summary["validation"]["score"]
+    assert meta["train"]["env_steps"] == 24 * 128 * 16 and len(meta["history"]) == 3
+    assert meta["dynamics_model"]["sha256"] and meta["params"]["env"]["num_envs"] == 128
+    # the trained policy earns more per step than random actions, in the same env and starts
+    env = DistilledEnv(bicycle, tracks, EnvParams(num_envs=32), seed=3)
+    policy, _ = load_policy_fn(folder)
+    trained_r = _mean_step_reward(env, policy)
+    g = torch.Generator().manual_seed(0)
+    random_r = _mean_step_reward(env, lambda obs: torch.rand(obs.shape[0], 2, generator=g) * 2 - 1)
+    assert trained_r > random_r + 0.05, (trained_r, random_r)
+    assert trained_r > 0.1  # > 1 m/s of mean progress
+
+
+def test_learning_curve_is_in_mlflow(trained) -> None:
+    from mlflow.tracking import MlflowClient
+
+    root, run_id = trained["root"], trained["summary"]["mlflow_run_id"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["s3.family"] == "bicycle"
+    assert run.data.params["train.env.num_envs"] == "128"
+    rewards = client.get_metric_history(run_id, "train/Train/mean_reward")
+    assert len(rewards) >= 20 and sorted(m.step for m in rewards) == [m.step for m in rewards]
+    assert len(client.get_metric_history(run_id, "val/score")) == 3
+    assert "val/best_score" in run.data.metrics and "train/Loss/value" in run.data.metrics
+
+
+@pytest.mark.parametrize("kind", ["mlp", "gru"])
+def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_path, kind: str) -> None:
+    env = DistilledEnv(bicycle, tracks, EnvParams(num_envs=16, surface_label=kind == "gru"), seed=0)
+    ppo = PPOParams(policy=kind, actor_hidden=[32, 32], critic_hidden=[32], rnn_hidden=16, num_steps_per_env=8, learning_epochs=1, mini_batches=1)
+    runner = make_runner(env, ppo, "cpu")
+    with quiet():
+        runner.learn(2)  # moves the weights and the observation normaliser away from their init
+    actor = runner.alg.get_policy()
+    actor.eval()
+    assert float(actor.obs_normalizer.count) > 0
+    save_policy(tmp_path, actor, runner.alg.critic, {"obs": env.layout.to_json(), "policy": {"recurrent": kind == "gru", "num_actions": 2, "actor_cfg": runner.cfg["actor"]}})
+    scripted, _ = load_exported(tmp_path)
+    rebuilt, _ = load_actor(tmp_path)
+    exported = as_callable(scripted, kind == "gru")
+    actor.reset()
+    rebuilt.reset()
+    obs = env.reset()["policy"]
+    for _ in range(5):  # a few steps, so a GRU's state matters
+        with torch.inference_mode():
+            td = TensorDict({"policy": obs}, batch_size=[obs.shape[0]])
+            mem = policy_to_command(actor(td))
+            again = policy_to_command(rebuilt(td))
+            out = exported(obs)
+        assert torch.allclose(out, mem, atol=1e-5) and torch.allclose(again, mem, atol=1e-5)
+        assert ((out[:, 1:] >= 0) & (out[:, 1:] <= 1)).all() and (out[:, 0].abs() <= 1).all()
+        obs = env.step(out)[0]["policy"]
+    assert isinstance(deployable(actor), torch.nn.Module)
+
+
+def test_bench_env_reports_throughput(bicycle) -> None:
+    params = TrainParams.model_validate({"ppo": {"num_steps_per_env": 4, "learning_epochs": 1, "mini_batches": 1}})
+    out = bench_env("bicycle", sizes=(16, 32), params=params, env_seconds=0.1, train_iterations=1, n_tracks=2, model=bicycle)
+    for key in ("env_steps_per_s", "train_steps_per_s", "peak_memory_mb"):
+        assert set(out[key]) == {"16", "32"} and all(v > 0 for v in out[key].values())
+    assert out["obs_dim"] == 119 and out["device"] == "cpu"
+    json.dumps(out)

@@ -17,7 +17,7 @@ from s3.dynamics.base import DynamicsModel
 from s3.dynamics.bicycle import BicycleModel, fit_bicycle
 from s3.dynamics.synthetic import generate_rollouts
 from s3.rl.controllers import PurePursuit, straight_line
-from s3.rl.env import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT, DistilledEnv, command_to_policy, policy_to_command
+from s3.rl.env import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT, DistilledEnv, ObservationBuilder, command_to_policy, policy_to_command
 from s3.rl.observations import obs_layout
 from s3.rl.params import EnvParams, TrackPoolParams, TrainParams
 from s3.rl.rollout import drive_lap, run_episodes
@@ -95,6 +95,34 @@ def test_shapes_dtypes_and_layout(bicycle, tracks, surface: bool) -> None:
     if surface:
         mu = td["policy"][:, lay.groups["surface"]]
         assert ((mu > 0) & (mu <= 2)).all()
+
+
+class MuSpy(DynamicsModel):
+    """Records the friction label the env feeds (a model trained with the label)."""
+
+    family = "mu_spy"
+
+    def __init__(self, inner: DynamicsModel) -> None:
+        super().__init__(inner.history, inner.dt, use_mu=True)
+        self.inner, self.seen = inner, None
+
+    def forward_step(self, hs, ha, a, mu):
+        self.seen = mu.clone()
+        return self.inner.step(hs, ha, a, None)
+
+
+def test_friction_under_the_car_comes_from_the_track(bicycle) -> None:
+    track = procedural_track(0)
+    p = track.patches[0]
+    s_mid = (p.s_start + (p.s_end - p.s_start) % track.length / 2) % track.length
+    d_mid = float(np.clip((p.d_min + p.d_max) / 2, -2.0, 2.0))
+    expect = float(track.friction_at(np.array(track.pose_at(np.array([s_mid]), np.array([d_mid]))[:2]).T)[0])
+    spy = MuSpy(bicycle)
+    env = DistilledEnv(spy, [track], EnvParams(num_envs=2, surface_label=True), seed=0)
+    obs = env.reset_to(torch.tensor([0, 0]), torch.tensor([s_mid, (s_mid + track.length / 2) % track.length]), torch.tensor([d_mid, 0.0]), 0.0, 5.0)["policy"]
+    assert expect < 0.5 and abs(float(obs[0, env.layout.groups["surface"].start]) - expect) < 1e-5
+    env.step(torch.zeros(2, 2))
+    assert spy.seen is not None and abs(float(spy.seen[0]) - expect) < 1e-5  # the model got the label at time t
 
 
 def test_action_maps() -> None:
@@ -257,6 +285,22 @@ def test_rollouts_run_under_inference_mode_and_outside(bicycle, tracks) -> None:
     env.step(torch.zeros(4, 2))
 
 
+def test_replacing_some_tracks_restarts_only_their_cars(bicycle, tracks) -> None:
+    env = make_env(bicycle, tracks, n=6)
+    env.reset_to(torch.tensor([0, 1, 2, 0, 1, 2]), torch.full((6,), 15.0), 0.0, 0.0, 8.0)
+    for _ in range(3):
+        env.step(torch.tensor([[0.0, 0.3]] * 6))
+    pose, length = env.pose.clone(), env.episode_length_buf.clone()
+    restarted = env.set_tracks([tracks[0], procedural_track(7), tracks[2]], changed=[1])
+    assert restarted.tolist() == [False, True, False, False, True, False]
+    keep = ~restarted
+    assert torch.equal(env.pose[keep], pose[keep]) and (env.episode_length_buf[keep] == length[keep]).all()
+    assert (env.episode_length_buf[restarted] == 0).all()
+    assert torch.allclose(env.obs[keep], env._compute_obs()[keep])
+    _, _, dones, _ = env.step(torch.tensor([[0.0, 0.3]] * 6))
+    assert not dones[keep].any() and (env.progress[keep] > 3.0).all()
+
+
 # ---------------------------------------------------------------------------- driving laps
 def test_pure_pursuit_completes_a_lap_in_the_distilled_bicycle(bicycle) -> None:
     track = procedural_track(0)
@@ -280,6 +324,23 @@ def test_run_episodes_reports_each_car(bicycle, tracks) -> None:
     assert ((out.completion >= 0) & (out.completion < 1)).all()
     pp = run_episodes(PurePursuit(obs_layout(EnvParams())), bicycle, tracks, ti, s, max_seconds=400.0)
     assert pp.completed.all() and np.isfinite(pp.lap_time).all() and pp.summary()["completion_rate"] == 1.0
+
+
+def test_observation_builder_reproduces_the_env_observation(bicycle, tracks) -> None:
+    """What the source-simulator evaluation will use: same observation from externally driven cars."""
+    params = EnvParams(num_envs=3, surface_label=True)
+    env = DistilledEnv(bicycle, tracks, params, seed=0)
+    env.auto_reset = False
+    obs = env.reset_to(torch.arange(3), torch.tensor([5.0, 40.0, 80.0]), torch.tensor([0.5, -1.0, 0.0]), 0.05, 7.0)["policy"]
+    builder = ObservationBuilder(tracks, params, num_cars=3)
+    got = builder.start(torch.arange(3), env.pose, env.hs[:, -1], env.ha[:, -1])
+    assert torch.allclose(got, obs, atol=1e-4)
+    pp = PurePursuit(env.layout)
+    for _ in range(25):
+        obs = env.step(pp(obs))[0]["policy"]
+        got = builder.observe(env.pose, env.hs[:, -1], env.ha[:, -1])
+        assert torch.allclose(got, obs, atol=1e-4)
+    assert torch.allclose(builder.progress, env.progress, atol=1e-3) and builder.on_track().all()
 
 
 # ---------------------------------------------------------------------------- pools and params

@@ -18,7 +18,7 @@ from s3.rl.env import DistilledEnv, policy_to_command
 from s3.rl.export import SCRIPT, WEIGHTS, as_callable, deployable, load_actor, load_exported, load_policy_fn, save_policy
 from s3.rl.params import EnvParams, PPOParams, TrainParams
 from s3.rl.ppo import make_runner, quiet
-from s3.rl.train import train
+from s3.rl.train import train, train_policy
 from s3.tracks.generate import procedural_track
 
 torch.set_num_threads(1)
@@ -54,16 +54,21 @@ def tracks() -> list:
 
 
 @pytest.fixture(scope="module")
-def trained(bicycle, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """One tiny `train` stage run from a saved checkpoint, with its own MLflow database."""
+def root(tmp_path_factory: pytest.TempPathFactory):
+    """A workspace with its own MLflow database (and the cwd there, so nothing lands in the repo)."""
     root = tmp_path_factory.mktemp("train")
-    save_checkpoint(bicycle, root / "models" / "bicycle")
     mp = pytest.MonkeyPatch()
     mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-    try:
-        summary = train("bicycle", root / "models", root / "policies", root / "plots", TrainParams.model_validate(TINY), metrics_dir=root / "metrics")
-    finally:
-        mp.undo()
+    mp.chdir(root)
+    yield root
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def trained(bicycle, root) -> dict:
+    """One tiny `train` stage run from a saved checkpoint."""
+    save_checkpoint(bicycle, root / "models" / "bicycle")
+    summary = train("bicycle", root / "models", root / "policies", root / "plots", TrainParams.model_validate(TINY), metrics_dir=root / "metrics")
     return {"root": root, "summary": summary}
 
 
@@ -111,6 +116,22 @@ def test_learning_curve_is_in_mlflow(trained) -> None:
     assert len(rewards) >= 20 and sorted(m.step for m in rewards) == [m.step for m in rewards]
     assert len(client.get_metric_history(run_id, "val/score")) == 3
     assert "val/best_score" in run.data.metrics and "train/Loss/value" in run.data.metrics
+    assert list((root / "mlartifacts").rglob("policy.json"))  # artifacts beside the database
+    assert not (root / "mlruns").exists()
+
+
+def test_gru_policy_with_surface_label_trains_in_chunks(bicycle, root) -> None:
+    params = TrainParams.model_validate(
+        {**TINY, "max_env_steps": 64 * 8 * 6, "chunk_iterations": 2, "env": {"num_envs": 64, "surface_label": True}, "ppo": {**TINY["ppo"], "policy": "gru", "rnn_hidden": 16, "num_steps_per_env": 8}}
+    )
+    summary = train_policy(bicycle, root / "policies" / "gru", None, params, "bicycle")
+    meta = json.loads((root / "policies" / "gru" / "policy.json").read_text())
+    assert meta["policy"]["recurrent"] and meta["obs"]["surface_label"] and meta["obs"]["dim"] == 125
+    assert summary["train"]["iterations"] == 6 and len(meta["history"]) == 3
+    policy, _ = load_policy_fn(root / "policies" / "gru")
+    env = DistilledEnv(bicycle, [procedural_track(0)], params.env, num_envs=5)
+    cmd = policy(env.get_observations()["policy"])
+    assert cmd.shape == (5, 3) and torch.isfinite(cmd).all()
 
 
 @pytest.mark.parametrize("kind", ["mlp", "gru"])

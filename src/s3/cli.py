@@ -38,10 +38,11 @@ def _known_errors() -> tuple[type[Exception], ...]:
     from s3.dynamics.checkpoint import CheckpointError
     from s3.dynamics.distill import DistillError
     from s3.io import WorkspaceBusy
+    from s3.rl.train import TrainError
     from s3.sim.base import SimulatorError
     from s3.tracks.track import TrackError
 
-    return (ParamsError, RolloutError, WorkspaceBusy, SimulatorError, TrackError, CheckpointError, DistillError)
+    return (ParamsError, RolloutError, WorkspaceBusy, SimulatorError, TrackError, CheckpointError, DistillError, TrainError)
 
 
 @contextlib.contextmanager

@@ -8,7 +8,9 @@ Public API (import from the submodules; this package imports nothing heavy itsel
     env.DistilledEnv(model, tracks, params, num_envs=None, device="cpu", seed=0)   rsl_rl VecEnv
     rollout.drive_lap(policy, model, track, env_params, start_s=0, start_speed=0) -> LapResult
     rollout.run_episodes(policy, model, tracks, track_index, start_s, ...) -> EpisodeBatch
+    env.ObservationBuilder(tracks, env_params, num_cars=1)   the same observation for cars driven elsewhere
     export.load_policy_fn(folder) -> (obs -> command callable, policy.json)
+    export.policy_env_params(policy_json) -> EnvParams    (build observations with the policy's own params)
     observations.obs_layout(env_params) -> ObsLayout     (the observation, documented in that module)
     controllers.PurePursuit(layout)                      a centerline follower on the observation
 """

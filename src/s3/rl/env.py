@@ -198,8 +198,27 @@ class DistilledEnv(VecEnv):
         return table[i] * (1 - f) + table[i + 1] * f
 
     @torch.inference_mode()
-    def set_tracks(self, tracks: Sequence[Track] | TrackBatch) -> None:
-        """Use these tracks from now on; every car is reset onto them."""
+    def set_tracks(self, tracks: Sequence[Track] | TrackBatch, changed: Sequence[int] | None = None) -> Tensor:
+        """Use these tracks from now on; returns the mask [N] of cars that were reset onto them.
+
+        With `changed` (indices of the tracks that differ from the current ones; same number of
+        tracks), only the cars on those tracks restart and the others drive on; otherwise every
+        car restarts.
+        """
+        old_count = len(self.tracks) if hasattr(self, "tracks") else -1
+        tb = self._load_tracks(tracks)
+        if changed is None or len(tb) != old_count:
+            mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        else:
+            mask = torch.isin(self.track_idx, torch.as_tensor(list(changed), dtype=torch.long, device=self.device))
+        ids = mask.nonzero(as_tuple=False).squeeze(1)
+        if ids.numel():
+            self._reset_idx(ids)
+        self.obs = self._compute_obs()
+        return mask
+
+    def _load_tracks(self, tracks: Sequence[Track] | TrackBatch) -> TrackBatch:
+        """Install the tracks and the per-track tables of the fast projection and preview."""
         self.tracks = tb = tracks if isinstance(tracks, TrackBatch) else TrackBatch(list(tracks), ds=self.params.track_ds, device=self.device)
         spacing = tb.length / tb.count.to(tb.length.dtype)  # [B] point spacing after resampling
         offs = torch.round(self._preview_d[None, :] / spacing[:, None]).long()
@@ -207,8 +226,7 @@ class DistilledEnv(VecEnv):
         self._inv_len2 = 1.0 / tb.seg_len.square().clamp(min=1e-12)
         w = self.params.projection_window
         self._window = torch.arange(-w, w + 1, device=self.device)
-        self._reset_idx(torch.arange(self.num_envs, device=self.device))
-        self.obs = self._compute_obs()
+        return tb
 
     # ------------------------------------------------------------------ VecEnv
     def get_observations(self) -> TensorDict:
@@ -438,3 +456,76 @@ class DistilledEnv(VecEnv):
     def track_length(self) -> Tensor:
         """Lap length [N] of each car's current track (as resampled inside the env)."""
         return self.tracks.length[self.track_idx]
+
+
+class ObservationBuilder(DistilledEnv):
+    """The policy observation for cars driven by something else (the source simulator).
+
+        builder = ObservationBuilder([track], env_params, num_cars=1)
+        obs = builder.start(track_idx, pose, state, command)   # at the start of an episode
+        obs = builder.observe(pose, state, command)            # after every control period
+
+    pose [M, 3] = world (x, y, yaw); state [M, 4] = (vx, vy, yaw_rate, steer) body frame; command
+    [M, 3] = the command applied over the last period (the one that led into `state`; at the start,
+    the command that holds the state, e.g. (0, 0, 0) at rest). `start` fills the observation
+    history with (state, command), as the distilled env does at a reset. The track-side results are
+    kept: `progress` (net metres along the centerline since `start`), `track_feats` (d, heading
+    error, w_left, w_right), `mu` (friction under the car), `s`; a lap is done when
+    progress >= track_length(). The observation is computed by the same code as in DistilledEnv,
+    so `env_params` must be the policy's (policy.json "params"/"env").
+    """
+
+    def __init__(self, tracks: Sequence[Track], params: EnvParams | None = None, num_cars: int = 1, device: str | torch.device | None = "cpu") -> None:
+        self.params = params or EnvParams()
+        self.device = resolve_device(device)
+        self.num_envs = int(num_cars)
+        self.layout = obs_layout(self.params)
+        self.num_obs = self.layout.dim
+        n, dev = self.num_envs, self.device
+        with torch.inference_mode():
+            self.hist = torch.zeros(n, self.layout.history + 1, 7, device=dev)
+            self.pose = torch.zeros(n, 3, device=dev)
+            self.track_idx = torch.zeros(n, dtype=torch.long, device=dev)
+            self.seg = torch.zeros(n, dtype=torch.long, device=dev)
+            self.seg_t, self.s, self.progress = (torch.zeros(n, device=dev) for _ in range(3))
+            self.mu = torch.ones(n, device=dev)
+            self.track_feats = torch.zeros(n, 4, device=dev)
+            self._preview_d = torch.tensor(self.layout.preview_distances, device=dev)
+            self._surface_d = torch.tensor(self.layout.surface_ahead, device=dev)
+            self._load_tracks(tracks)
+
+    def _update(self, pose: Tensor, proj: _Projection) -> None:
+        self.pose, self.seg, self.seg_t, self.s = pose, proj.segment, proj.t, proj.s
+        self.mu = self.tracks.friction_from_projection(self.track_idx, proj)
+        self.track_feats = torch.stack([proj.d, proj.heading_error, proj.w_left, proj.w_right], dim=1)
+
+    @torch.inference_mode()
+    def start(self, track_idx: Tensor | Sequence[int], pose: Tensor, state: Tensor, command: Tensor) -> Tensor:
+        """Begin an episode (the car may be anywhere near its track); returns obs [M, D]."""
+        dev = self.device
+        self.track_idx = torch.as_tensor(track_idx, dtype=torch.long, device=dev).reshape(-1).expand(self.num_envs).clone()
+        pose, state, command = (torch.as_tensor(x, dtype=torch.float32, device=dev).reshape(self.num_envs, -1) for x in (pose, state, command))
+        full = self.tracks.project(pose[:, :2], self.track_idx, yaw=pose[:, 2])  # exact, no hint
+        proj = self._project(pose[:, :2], self.track_idx, full.segment, pose[:, 2])
+        self._update(pose, proj)
+        self.progress = torch.zeros(self.num_envs, device=dev)
+        self.hist = torch.cat([state, command], dim=1)[:, None].expand(-1, self.layout.history + 1, -1).clone()
+        return self._compute_obs()
+
+    @torch.inference_mode()
+    def observe(self, pose: Tensor, state: Tensor, command: Tensor) -> Tensor:
+        """One control period later: returns obs [M, D] and advances progress."""
+        dev = self.device
+        pose, state, command = (torch.as_tensor(x, dtype=torch.float32, device=dev).reshape(self.num_envs, -1) for x in (pose, state, command))
+        proj = self._project(pose[:, :2], self.track_idx, self.seg, pose[:, 2])
+        length = self.tracks.length[self.track_idx]
+        self.progress = self.progress + torch.remainder(proj.s - self.s + 0.5 * length, length) - 0.5 * length
+        self._update(pose, proj)
+        self.hist = torch.cat([self.hist[:, 1:], torch.cat([state, command], dim=1)[:, None]], dim=1)
+        return self._compute_obs()
+
+    def on_track(self, margin: float | None = None) -> Tensor:
+        """[M] whether each car's centre is within the road (plus `margin`, default the env's)."""
+        m = self.params.off_track_margin if margin is None else margin
+        d, wl, wr = self.track_feats[:, 0], self.track_feats[:, 2], self.track_feats[:, 3]
+        return torch.where(d >= 0, d <= wl + m, -d <= wr + m)

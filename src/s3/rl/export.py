@@ -129,6 +129,13 @@ def load_policy_fn(folder: str | Path, device: str | torch.device = "cpu") -> tu
     return as_callable(module, meta["policy"]["recurrent"]), meta
 
 
+def policy_env_params(meta: dict[str, Any]) -> Any:
+    """The EnvParams a saved policy was trained with (its observation layout depends on them)."""
+    from s3.rl.params import EnvParams
+
+    return EnvParams.model_validate(meta["params"]["env"])
+
+
 def load_actor(folder: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Any]]:
     """The rsl_rl actor rebuilt from policy.json and policy.safetensors (for fine-tuning or analysis)."""
     from s3.rl.ppo import build_actor

@@ -156,7 +156,7 @@ class TrainParams(_Section):
     torch_threads: int = Field(0, ge=0, le=256, description="torch intra-op threads (0 = torch default)")
     max_env_steps: int = Field(6_000_000, ge=1, le=10**11, description="stop after this many environment steps")
     max_minutes: float = Field(4.0, gt=0.0, le=10000.0, description="stop PPO after this wall time (checked between chunks)")
-    chunk_iterations: int = Field(15, ge=1, le=100000, description="PPO iterations between validations")
+    chunk_iterations: int = Field(20, ge=1, le=100000, description="PPO iterations between validations")
     validation_min_speed: float = Field(6.0, gt=0.5, le=100.0, description="a validation lap must average at least this (m/s)")
     road_course_check: bool = Field(True, description="after training, drive the nominal road course once (information only)")
     mlflow_experiment: str = Field("s3", min_length=1, max_length=200)

@@ -26,6 +26,7 @@ import math
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,19 @@ def _sha256(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _sanitize(x: Any) -> Any:
+    """NaN/inf -> None, numpy scalars -> Python (the JSON must stay valid)."""
+    if isinstance(x, dict):
+        return {k: _sanitize(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_sanitize(v) for v in x]
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
 def _clone_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
@@ -96,7 +110,6 @@ def train_policy(
 
     pool = TrackPool(params.tracks, params.seed)
     env = DistilledEnv(model, pool.tracks, params.env, device=device, seed=params.seed)
-    val_tracks = pool.validation_tracks()
 
     uri = ml.tracking_uri()
     own_run = run_id is None
@@ -105,6 +118,34 @@ def train_policy(
     else:
         client = ml.client(uri)
     assert run_id is not None
+    status = "FAILED"
+    try:
+        summary = _train(model, env, pool, folder, plot_path, params, family, run_id, client, uri, model_folder, device, t_start, say)
+        status = "FINISHED"
+        return summary
+    finally:
+        if own_run:
+            client.set_terminated(run_id, status=status)
+
+
+def _train(
+    model: DynamicsModel,
+    env: DistilledEnv,
+    pool: TrackPool,
+    folder: Path,
+    plot_path: str | Path | None,
+    params: TrainParams,
+    family: str,
+    run_id: str,
+    client: Any,
+    uri: str,
+    model_folder: str | Path | None,
+    device: torch.device,
+    t_start: float,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """The body of train_policy, inside its MLflow run."""
+    val_tracks = pool.validation_tracks()
     ml.log_params(client, run_id, {"family": family, "train": params.model_dump(mode="json")})
     logger_cfg = {"class_name": WRITER, "run_id": run_id, "tracking_uri": uri}
 
@@ -112,59 +153,52 @@ def train_policy(
     max_it = max(1, math.ceil(params.max_env_steps / steps_per_it))
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {"score": -math.inf}
-    status = "FINISHED"
     with tempfile.TemporaryDirectory(prefix="s3-rsl-") as log_dir:
         runner = make_runner(env, params.ppo, device, log_dir=log_dir, logger=logger_cfg)
         done_it, t_ppo = 0, 0.0
-        try:
-            while done_it < max_it:
-                n_it = min(params.chunk_iterations, max_it - done_it)
-                t0 = time.perf_counter()
-                with quiet():
-                    runner.learn(n_it)
-                t_ppo += time.perf_counter() - t0
-                done_it += n_it
-                val = validate(runner.alg.get_policy(), model, val_tracks, params, device)
-                val.update({"iteration": done_it - 1, "env_steps": done_it * steps_per_it, "wall_s": round(time.perf_counter() - t_start, 2)})
-                history.append(val)
-                rewards = [v for t, _, v in ml.curve(run_id) if t == "Train/mean_reward"]
-                ml.log_metrics(
-                    client,
-                    run_id,
-                    {
-                        "val/score": val["score"],
-                        "val/completion_rate": val["completion_rate"],
-                        "val/mean_lap_time_s": val["mean_lap_time_s"],
-                        "train/env_steps": val["env_steps"],
-                        "train/invalid_model_steps": env.invalid_model_steps,
-                    },
-                    step=done_it - 1,
-                )
-                if val["score"] >= best["score"]:
-                    best = {"score": val["score"], "iteration": done_it - 1, "env_steps": val["env_steps"], "actor": _clone_state(runner.alg.get_policy()), "critic": _clone_state(runner.alg.critic), "summary": val}
-                say(
-                    f"train {family}: it {done_it}/{max_it}  {val['env_steps'] / 1e6:.2f} M steps  reward {rewards[-1] if rewards else float('nan'):.2f}  "
-                    f"val completion {val['mean_completion']:.2f} (laps {val['completion_rate']:.2f})  {time.perf_counter() - t_start:.0f} s"
-                )
-                if time.perf_counter() - t_start >= 60.0 * params.max_minutes:
-                    break
-                if done_it < max_it and params.tracks.refresh_fraction > 0:
-                    pool.refresh()
-                    env.set_tracks(pool.tracks)  # every car restarts on the refreshed pool
-                    runner.alg.actor.reset()
-                    runner.alg.critic.reset()
-                    runner.logger.cur_reward_sum.zero_()
-                    runner.logger.cur_episode_length.zero_()
-            actor, critic = runner.alg.get_policy(), runner.alg.critic
-            actor.load_state_dict(best["actor"])
-            critic.load_state_dict(best["critic"])
-            actor.eval()
-        except BaseException:
-            status = "FAILED"
-            raise
-        finally:
-            if own_run:
-                client.set_terminated(run_id, status=status)
+        while done_it < max_it:
+            n_it = min(params.chunk_iterations, max_it - done_it)
+            t0 = time.perf_counter()
+            with quiet():
+                runner.learn(n_it)
+            t_ppo += time.perf_counter() - t0
+            done_it += n_it
+            val = validate(runner.alg.get_policy(), model, val_tracks, params, device)
+            val.update({"iteration": done_it - 1, "env_steps": done_it * steps_per_it, "wall_s": round(time.perf_counter() - t_start, 2)})
+            history.append(val)
+            rewards = [v for t, _, v in ml.curve(run_id) if t == "Train/mean_reward"]
+            ml.log_metrics(
+                client,
+                run_id,
+                {
+                    "val/score": val["score"],
+                    "val/completion_rate": val["completion_rate"],
+                    "val/mean_lap_time_s": val["mean_lap_time_s"],
+                    "train/env_steps": val["env_steps"],
+                    "train/invalid_model_steps": env.invalid_model_steps,
+                },
+                step=done_it - 1,
+            )
+            if val["score"] >= best["score"]:
+                best = {"score": val["score"], "iteration": done_it - 1, "env_steps": val["env_steps"], "actor": _clone_state(runner.alg.get_policy()), "critic": _clone_state(runner.alg.critic), "summary": val}
+            say(
+                f"train {family}: it {done_it}/{max_it}  {val['env_steps'] / 1e6:.2f} M steps  reward {rewards[-1] if rewards else float('nan'):.2f}  "
+                f"val completion {val['mean_completion']:.2f} (laps {val['completion_rate']:.2f})  {time.perf_counter() - t_start:.0f} s"
+            )
+            if time.perf_counter() - t_start >= 60.0 * params.max_minutes:
+                break
+            if done_it < max_it and params.tracks.refresh_fraction > 0:
+                changed = pool.refresh()
+                restarted = env.set_tracks(pool.tracks, changed)  # cars on replaced tracks restart
+                with torch.inference_mode():  # the recurrent states were made in rsl_rl's rollout
+                    runner.alg.actor.reset(restarted)
+                    runner.alg.critic.reset(restarted)
+                    runner.logger.cur_reward_sum[restarted] = 0.0
+                    runner.logger.cur_episode_length[restarted] = 0.0
+        actor, critic = runner.alg.get_policy(), runner.alg.critic
+        actor.load_state_dict(best["actor"])
+        critic.load_state_dict(best["critic"])
+        actor.eval()
 
         # road course, nominal: information only (never used for selection)
         road: dict[str, Any] = {"completed": None, "lap_time_s": None, "completion": None, "reason": "not run", "length_m": None}
@@ -223,6 +257,7 @@ def train_policy(
             "params": params.model_dump(mode="json"),
             "mlflow_run_id": run_id,
         }
+        meta = _sanitize(meta)
         save_policy(folder, actor, critic, meta)
 
     if plot_path is not None:

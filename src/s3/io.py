@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -53,6 +54,19 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 def write_json_atomic(path: str | Path, obj: Any) -> Path:
     """Write JSON atomically; NaN/inf are refused rather than written as invalid JSON."""
     return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def json_safe(x: Any) -> Any:
+    """NaN/inf -> None, numpy scalars -> Python: a diverged metric reads as null in valid JSON."""
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if isinstance(x, float) or (hasattr(x, "dtype") and getattr(x, "ndim", 1) == 0 and x.dtype.kind == "f"):
+        return float(x) if math.isfinite(x) else None
+    if hasattr(x, "dtype") and getattr(x, "ndim", 1) == 0 and x.dtype.kind in "iu":
+        return int(x)
+    return x
 
 
 @contextlib.contextmanager

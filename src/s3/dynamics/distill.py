@@ -34,7 +34,7 @@ from s3.dynamics.lightning_module import DynamicsLitModule, KeepBest, NonFiniteL
 from s3.dynamics.metrics import ICE_MU, evaluate
 from s3.dynamics.params import FAMILIES, DistillParams
 from s3.dynamics.registry import new_model
-from s3.io import write_json_atomic
+from s3.io import json_safe, write_json_atomic
 
 
 class DistillError(RuntimeError):
@@ -159,19 +159,6 @@ def _excerpts(data: RolloutArrays, test_eps: np.ndarray, plot_data: dict[str, An
     return out
 
 
-def _sanitize(x: Any) -> Any:
-    """NaN/inf -> None so that the JSON stays valid (a diverged metric reads as null)."""
-    if isinstance(x, dict):
-        return {k: _sanitize(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_sanitize(v) for v in x]
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(x) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    return x
-
-
 def distill(
     family: str,
     rollouts_dir: Path | pd.DataFrame,
@@ -201,7 +188,7 @@ def distill(
     if family != "bicycle":
         train = train_model(model, dm, params, device, folder)
     split = {k: [int(e) for e in v] for k, v in dm.split.items()}
-    save_checkpoint(model.cpu(), folder, params, extra={"train": _sanitize({k: v for k, v in train.items() if k != "val_history"}), "split": split, "bicycle_fit": fit})
+    save_checkpoint(model.cpu(), folder, params, extra={"train": json_safe({k: v for k, v in train.items() if k != "val_history"}), "split": split, "bicycle_fit": fit})
     model = model.to(device).eval()
     metrics, plot_data = evaluate(model, dm.data, dm.split["test"], params.eval_stride, params.divergence_seconds, params.throughput_sizes)
     if hasattr(model, "describe") and family == "dytr":
@@ -215,7 +202,7 @@ def distill(
     metrics["split_episodes"] = {k: len(v) for k, v in split.items()}
     metrics["rows"] = len(dm.data)
     metrics["total_wall_s"] = round(time.perf_counter() - t_start, 2)
-    metrics = _sanitize(metrics)
+    metrics = json_safe(metrics)
     write_json_atomic(metrics_dir / f"{family}.json", metrics)
 
     from s3.viz.distill_plots import plot_error_vs_horizon, plot_trajectories

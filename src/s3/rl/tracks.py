@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from s3.rl.params import CircuitTrackParams, TrackPoolParams
-from s3.tracks.generate import ProceduralTrackParams, procedural_track
+from s3.tracks.generate import ProceduralTrackParams, procedural_track, random_patches
 from s3.tracks.track import FrictionPatch, Track, TrackError
 
 VALIDATION_SEED_BASE = 2**30
@@ -166,27 +166,6 @@ def _too_close(xy: np.ndarray, min_gap: float) -> bool:
     return False
 
 
-def _patches(rng: np.random.Generator, p: ProceduralTrackParams, track: Track) -> list[FrictionPatch]:
-    """Low-grip patches with the same density/range parameters as the spline-blob generator."""
-    out = []
-    wl, wr = float(track.w_left.max()), float(track.w_right.max())
-    for _ in range(int(rng.integers(p.patches_min, p.patches_max + 1))):
-        s0 = rng.uniform(0.0, track.length)
-        span = min(rng.uniform(p.patch_length_min, p.patch_length_max), 0.5 * track.length)
-        mu = rng.uniform(p.patch_mu_min, p.patch_mu_max)
-        kind = rng.random()
-        if kind < p.full_width_probability:
-            d_min, d_max = -wr - 1.0, wl + 1.0
-        elif kind < p.full_width_probability + p.half_width_probability:
-            d_min, d_max = (0.0, wl + 1.0) if rng.random() < 0.5 else (-wr - 1.0, 0.0)
-        else:
-            width = rng.uniform(2.0, max(2.0, wl + wr - 1.0))
-            d_min = rng.uniform(-wr, wl - width)
-            d_max = d_min + width
-        out.append(FrictionPatch(s0, s0 + span, d_min, d_max, mu))
-    return out
-
-
 def circuit_track(seed: int, params: CircuitTrackParams | None = None, surface: ProceduralTrackParams | None = None) -> Track:
     """A random closed circuit of straights and clothoid-eased constant-radius corners (pure function of seed).
 
@@ -231,7 +210,7 @@ def circuit_track(seed: int, params: CircuitTrackParams | None = None, surface: 
         except TrackError:
             continue
         if rng.random() < surface.patch_probability:
-            track = track.with_patches(_patches(rng, surface, track))
+            track = track.with_patches(random_patches(rng, surface, track))
         return track
     raise TrackError(f"circuit track {seed}", f"no valid layout in {p.max_attempts} attempts; loosen the params")
 

@@ -35,7 +35,7 @@ import torch
 
 from s3 import __version__
 from s3.dynamics.base import DynamicsModel
-from s3.io import write_json_atomic
+from s3.io import json_safe, write_json_atomic
 from s3.rl import mlflow_logger as ml
 from s3.rl.env import DistilledEnv, resolve_device
 from s3.rl.export import as_callable, deployable, save_policy
@@ -67,19 +67,6 @@ def _sha256(path: Path) -> str | None:
     if not path.exists():
         return None
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _sanitize(x: Any) -> Any:
-    """NaN/inf -> None, numpy scalars -> Python (the JSON must stay valid)."""
-    if isinstance(x, dict):
-        return {k: _sanitize(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_sanitize(v) for v in x]
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(x) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    return x
 
 
 def _clone_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -257,7 +244,7 @@ def _train(
             "params": params.model_dump(mode="json"),
             "mlflow_run_id": run_id,
         }
-        meta = _sanitize(meta)
+        meta = json_safe(meta)
         save_policy(folder, actor, critic, meta)
 
     if plot_path is not None:

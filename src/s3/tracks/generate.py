@@ -78,7 +78,7 @@ def procedural_track(seed: int, params: ProceduralTrackParams | None = None) -> 
         except TrackError:
             continue
         if rng.random() < params.patch_probability:
-            track = track.with_patches(_patches(rng, params, track))
+            track = track.with_patches(random_patches(rng, params, track))
         return track
     raise TrackError(f"procedural track {seed}", f"no valid shape in {params.max_attempts} attempts; loosen the params")
 
@@ -140,7 +140,7 @@ def _widths(rng: np.random.Generator, params: ProceduralTrackParams, m: int) -> 
     return w / 2.0, w / 2.0
 
 
-def _patches(rng: np.random.Generator, params: ProceduralTrackParams, track: Track) -> list[FrictionPatch]:
+def random_patches(rng: np.random.Generator, params: ProceduralTrackParams, track: Track) -> list[FrictionPatch]:
     """Random low-grip patches: full width, one half of the road, or a strip across part of it."""
     out = []
     wl, wr = float(track.w_left.max()), float(track.w_right.max())

@@ -76,6 +76,15 @@ def collect(params: ParamsPath = Path("params.yaml"), set_: Overrides = None, qu
     log_collect(p, manifest)  # MLflow; S3_MLFLOW=0 skips
 
 
+def _families(family: str) -> list[str]:
+    """The model families a `--family` option names ("all" = every family)."""
+    from s3.dynamics.params import FAMILIES
+
+    if family != "all" and family not in FAMILIES:
+        raise ParamsError(f"--family: {family!r} is not one of {', '.join(FAMILIES)}, all")
+    return list(FAMILIES) if family == "all" else [family]
+
+
 MODELS_DIR, DISTILL_METRICS, DISTILL_PLOTS = Path("models"), Path("metrics/distill"), Path("plots/distill")
 
 
@@ -88,13 +97,10 @@ def distill(
 ) -> None:
     """Train dynamics models on data/rollouts/ and measure their predictive accuracy."""
     from s3.dynamics.distill import comparison_table, distill_many
-    from s3.dynamics.params import FAMILIES
 
     p = _params(params, set_)
     with _one_line_errors():
-        if family != "all" and family not in FAMILIES:
-            raise ParamsError(f"--family: {family!r} is not one of {', '.join(FAMILIES)}, all")
-        families = list(FAMILIES) if family == "all" else [family]
+        families = _families(family)
         dp = p.distill.model_copy(update={"progress_bar": p.distill.progress_bar and not quiet})
         results = distill_many(families, Path(p.collect.out_dir), MODELS_DIR, DISTILL_METRICS, DISTILL_PLOTS, dp)
     Console().print(comparison_table(results))
@@ -139,14 +145,11 @@ def train(
     quiet: Quiet = False,
 ) -> None:
     """Train a PPO policy inside each family's distilled environment (policies/<family>/)."""
-    from s3.dynamics.params import FAMILIES
     from s3.rl.train import train_many
 
     p = _params(params, set_)
     with _one_line_errors():
-        if family != "all" and family not in FAMILIES:
-            raise ParamsError(f"--family: {family!r} is not one of {', '.join(FAMILIES)}, all")
-        families = list(FAMILIES) if family == "all" else [family]
+        families = _families(family)
         tp = p.train.model_copy(update={"progress_bar": p.train.progress_bar and not quiet})
         results = train_many(families, MODELS_DIR, POLICIES_DIR, TRAIN_PLOTS, tp, TRAIN_METRICS)
     for fam, r in results.items():

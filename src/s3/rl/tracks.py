@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from s3.rl.params import CircuitTrackParams, TrackPoolParams
-from s3.tracks.generate import ProceduralTrackParams, procedural_track, random_patches
+from s3.tracks.generate import ProceduralTrackParams, procedural_track, random_patches, too_close
 from s3.tracks.track import FrictionPatch, Track, TrackError
 
 VALIDATION_SEED_BASE = 2**30
@@ -104,7 +104,6 @@ def validation_tracks(params: TrackPoolParams, seed: int = 0) -> list[Track]:
 # ---------------------------------------------------------------------------- circuit generator
 _STEP = 0.25  # integration step along the road [m]
 _CLEARANCE = 6.0  # m of verge between two parts of the road, beyond their widths
-_SEPARATION_ARC = 60.0  # points closer than this along the road are neighbours
 
 
 def _corner_profile(turn: float, radius: float) -> np.ndarray:
@@ -153,19 +152,6 @@ def _layout(corners: list[tuple[float, float]], straights: np.ndarray) -> tuple[
     return xy, np.array(straight_heading), kappa
 
 
-def _too_close(xy: np.ndarray, min_gap: float) -> bool:
-    seg = np.linalg.norm(np.roll(xy, -1, axis=0) - xy, axis=1)
-    s = np.concatenate([[0.0], np.cumsum(seg)[:-1]])
-    length = seg.sum()
-    for lo in range(0, len(xy), 512):
-        d = np.linalg.norm(xy[lo : lo + 512, None, :] - xy[None, :, :], axis=2)
-        along = np.abs(s[lo : lo + 512, None] - s[None, :])
-        along = np.minimum(along, length - along)
-        if (d[along > _SEPARATION_ARC] < min_gap).any():
-            return True
-    return False
-
-
 def circuit_track(seed: int, params: CircuitTrackParams | None = None, surface: ProceduralTrackParams | None = None) -> Track:
     """A random closed circuit of straights and clothoid-eased constant-radius corners (pure function of seed).
 
@@ -200,7 +186,7 @@ def circuit_track(seed: int, params: CircuitTrackParams | None = None, surface: 
         pts = np.stack([np.interp(s_new, arc, xy[:, 0]), np.interp(s_new, arc, xy[:, 1])], axis=1)
         rot = rng.uniform(0.0, 2.0 * np.pi)
         pts = pts @ np.array([[np.cos(rot), np.sin(rot)], [-np.sin(rot), np.cos(rot)]])
-        if _too_close(pts, surface.width_max + _CLEARANCE):
+        if too_close(pts, surface.width_max + _CLEARANCE):
             continue
         w0 = rng.uniform(surface.width_min, surface.width_max)
         amp = 0.5 * rng.uniform(0.0, surface.width_max - surface.width_min)

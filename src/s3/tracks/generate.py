@@ -103,7 +103,7 @@ def _candidate_shape(rng: np.random.Generator, params: ProceduralTrackParams) ->
     m = max(8, int(round(target / params.ds)))
     s_new = np.arange(m) * (arc[-1] / m)
     xy = np.stack([np.interp(s_new, arc, np.append(dense[:, k], dense[0, k])) for k in range(2)], axis=1)
-    if _too_tight(xy, params.min_corner_radius) or _too_close(xy, params.width_max + _CLEARANCE):
+    if _too_tight(xy, params.min_corner_radius) or too_close(xy, params.width_max + _CLEARANCE):
         return None  # a crossing also counts as too close; Track() double-checks it exactly
     return xy
 
@@ -116,7 +116,7 @@ def _too_tight(xy: np.ndarray, min_radius: float) -> bool:
     return bool(kappa.max() * min_radius > 1.0)
 
 
-def _too_close(xy: np.ndarray, min_gap: float) -> bool:
+def too_close(xy: np.ndarray, min_gap: float) -> bool:
     """True when two parts of the road that are far apart along it are close in space."""
     m = len(xy)
     seg = np.linalg.norm(np.roll(xy, -1, axis=0) - xy, axis=1)

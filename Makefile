@@ -1,4 +1,4 @@
-# The two commands of the README: `make run` (install + main job) and `make test` (install + tests).
+# The two commands of the README: `make run` (install + the pipeline) and `make test` (install + tests).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-run: install
-	$(BIN)/s3 collect
+run: install  ## the main job: the whole pipeline on default params (dvc repro; re-runs only what changed)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
 
 test: install
 	$(BIN)/pytest -q
@@ -31,8 +31,7 @@ PREFECT_PORT ?= 4200
 MLFLOW_PORT ?= 5000
 QUICK_DIR ?= /tmp/s3-quick
 
-pipeline: install  ## the whole pipeline through DVC (re-runs only what changed)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
+pipeline: run  ## the same as `make run`
 
 quick: install  ## smoke run: the pipeline on params_quick.yaml in a scratch workspace
 	$(BIN)/python -m s3.platform.workspace params_quick.yaml $(QUICK_DIR)

@@ -44,7 +44,7 @@ TINY = {
     "throughput_sizes": [1, 64],
     "eval_stride": 10,
 }
-FIT = {n: v for n, v in zip(FIT_NAMES, [0.45, 0.25, 4.0, -0.1, 8.0, 0.1, 0.001, 0.35, 0.3, 2.6, 1.4])}
+FIT = {n: v for n, v in zip(FIT_NAMES, [0.45, 0.25, 4.0, 15.0, 8.0, 0.1, 0.001, 0.35, 0.3, 9.0, 2.6, 1.4])}
 
 
 @pytest.fixture(scope="module")
@@ -226,8 +226,8 @@ def test_single_track_stays_finite_for_all_bounded_coefficients(small_df: pd.Dat
 
 
 def test_bicycle_least_squares_recovers_a_kinematic_car() -> None:
-    """Data made by a known kinematic bicycle: the fit gets its coefficients back."""
-    true = {**FIT, "k_thr_v": -0.12, "lr_frac": 0.55}
+    """Data made by a known kinematic bicycle (cornering below its cap): the fit gets it back."""
+    true = {**FIT, "v_knee": 12.5, "lr_eff": 0.55, "ay_max": 100.0}
     car = BicycleModel(K, 0.1, False, fit=true)
     rng = np.random.default_rng(0)
     n = 4000
@@ -236,8 +236,26 @@ def test_bicycle_least_squares_recovers_a_kinematic_car() -> None:
     with torch.no_grad():
         s1 = car.step(torch.from_numpy(s0)[:, None].repeat(1, K, 1), torch.zeros(n, K, 3), torch.from_numpy(a0)).numpy()
     fit = fit_bicycle(s0, a0, s1, 0.1)
-    for k in ("steer_decay", "steer_gain", "k_thr", "k_thr_v", "k_brake", "k_roll", "k_drag", "inv_wheelbase", "lr_frac"):
+    for k in ("steer_decay", "steer_gain", "k_thr", "v_knee", "k_brake", "k_roll", "k_drag", "inv_wheelbase", "lr_eff"):
         assert fit[k] == pytest.approx(true[k], rel=2e-3, abs=2e-4), k
+
+
+def test_bicycle_has_a_top_speed_and_a_cornering_limit() -> None:
+    """Full throttle settles where drive power meets drag; full lock never exceeds ay_max."""
+    car = BicycleModel(K, 0.1, False, fit=FIT)
+    s = torch.tensor([[5.0, 0.0, 0.0, 0.0]])
+    full = torch.tensor([[0.0, 1.0, 0.0]])
+    with torch.no_grad():
+        for _ in range(6000):
+            s = car.step(s[:, None].repeat(1, K, 1), torch.zeros(1, K, 3), full)
+    c = FIT
+    v = float(s[0, 0])  # analytic: k_thr v_knee / v = k_roll + k_drag v^2
+    assert c["k_thr"] * c["v_knee"] / v == pytest.approx(c["k_roll"] + c["k_drag"] * v * v, rel=1e-3)
+    assert 20.0 < v < 200.0
+    fast = torch.tensor([[30.0, 0.0, 0.0, 0.5]])
+    with torch.no_grad():
+        nxt = car.step(fast[:, None].repeat(1, K, 1), torch.zeros(1, K, 3), torch.tensor([[1.0, 0.0, 0.0]]))
+    assert abs(float(nxt[0, 0] * nxt[0, 2])) <= c["ay_max"] * 1.0001
 
 
 # Stated errors for the learning test (30 synthetic episodes of 30 s, 10-15 s of training each on

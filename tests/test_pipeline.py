@@ -14,8 +14,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 FAMILIES = ("bicycle", "ddm", "transformer", "dytr")
+POLICIES = (*FAMILIES, "oracle", "direct")
+STAGES = ("collect", *(f"distill@{f}" for f in FAMILIES), *(f"train@{p}" for p in POLICIES if p != "direct"), "train_direct",
+          *(f"evaluate@{p}" for p in POLICIES), "evaluate_baseline@pid", "evaluate_baseline@pid_blind", "report")  # fmt: skip
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # the whole quick pipeline: ~4 min on 2 idle cores
 
 
 def _dvc(ws: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -41,14 +44,22 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_repro_runs_every_stage_then_skips(quick: dict) -> None:
     ws, first, second = quick["ws"], quick["first"], quick["second"]
-    for stage in ["collect", *(f"distill@{f}" for f in FAMILIES)]:
-        assert f"Running stage '{stage}'" in first.stdout
+    for stage in STAGES:
+        assert f"Running stage '{stage}'" in first.stdout, stage
     assert (ws / "data/rollouts/manifest.json").exists()
     assert (ws / "plots/collect/sample_episodes.png").exists()
     for f in FAMILIES:
         assert (ws / "models" / f / "model.safetensors").exists()
         assert json.loads((ws / "metrics/distill" / f"{f}.json").read_text())["family"] == f
         assert (ws / "plots/distill" / f"{f}_error_vs_horizon.png").exists()
+    for name in POLICIES:
+        assert (ws / "policies" / name / "policy.ts").exists()
+        ev = json.loads((ws / "metrics/eval" / f"{name}.json").read_text())
+        assert set(ev["summary"]) == {"nominal", "ice"}
+        assert ("transfer_gap" in ev) == (name != "direct")
+    report = json.loads((ws / "metrics/report.json").read_text())
+    assert (ws / "reports/report.md").exists() and (ws / "plots/report").is_dir()
+    assert json.dumps(report, allow_nan=False)
     lock = (ws / "dvc.lock").read_text()
     assert "distill@dytr" in lock and "collect" in lock
     assert second.returncode == 0 and "Running stage" not in second.stdout
@@ -84,12 +95,18 @@ def test_metrics_show_and_mlflow_runs_carry_accuracy(quick: dict) -> None:
     runs = c.search_runs([exp.experiment_id])
     parents = [r for r in runs if r.data.tags.get("s3.kind") == "pipeline"]
     children = {r.data.tags["s3.family"]: r for r in runs if r.data.tags.get("s3.kind") == "family"}
-    assert len(parents) == 1 and set(children) == set(FAMILIES)
+    assert len(parents) == 1 and set(children) == {*POLICIES, "pid", "pid_blind"}
     parent = parents[0]
     assert "s3.git_commit" in parent.data.tags and parent.data.tags["s3.dvc_lock_sha"] != "none"
     assert parent.data.metrics["collect/rows"] > 0
-    for fam, run in children.items():
+    for name, run in children.items():  # both halves of the comparison, side by side
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        ev = json.loads((ws / "metrics/eval" / f"{name}.json").read_text())
+        assert run.data.metrics["eval/summary.nominal.completion_rate"] == pytest.approx(ev["summary"]["nominal"]["completion_rate"])
+        if name in POLICIES:
+            assert "train/wall_s" in run.data.metrics or "train/train.wall_s" in run.data.metrics, sorted(run.data.metrics)[:20]
+    for fam in FAMILIES:
+        run = children[fam]
         m = run.data.metrics
         metrics = json.loads((ws / "metrics/distill" / f"{fam}.json").read_text())
         assert m["distill/one_step_rmse.vx"] == pytest.approx(metrics["one_step_rmse"]["vx"])
@@ -99,3 +116,18 @@ def test_metrics_show_and_mlflow_runs_carry_accuracy(quick: dict) -> None:
         assert not any(k.startswith(tuple(f"distill.{o}." for o in others)) for k in run.data.params)
         arts = {a.path for a in c.list_artifacts(run.info.run_id, "distill")}
         assert f"distill/{fam}_error_vs_horizon.png" in arts
+
+
+def test_one_policys_train_param_reruns_its_train_evaluate_and_the_report(quick: dict) -> None:
+    ws, env = quick["ws"], quick["env"]
+    params = ws / "params.yaml"
+    orig = params.read_text()
+    assert "    ddm: {}\n" in orig
+    params.write_text(orig.replace("    ddm: {}\n", "    ddm: {seed: 1}\n", 1))
+    try:
+        out = _dvc(ws, "repro", env=env)
+    finally:
+        params.write_text(orig)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ran = {line.split("'")[1] for line in out.stdout.splitlines() if line.startswith("Running stage")}
+    assert ran == {"train@ddm", "evaluate@ddm", "report"}

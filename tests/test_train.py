@@ -165,8 +165,30 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
 
 def test_bench_env_reports_throughput(bicycle) -> None:
     params = TrainParams.model_validate({"ppo": {"num_steps_per_env": 4, "learning_epochs": 1, "mini_batches": 1}})
-    out = bench_env("bicycle", sizes=(16, 32), params=params, env_seconds=0.1, train_iterations=1, n_tracks=2, model=bicycle)
+    out = bench_env("bicycle", sizes=(16, 32), params=params, env_seconds=0.1, train_iterations=1, n_tracks=2, model=bicycle, source_seconds=0)
     for key in ("env_steps_per_s", "train_steps_per_s", "peak_memory_mb"):
         assert set(out[key]) == {"16", "32"} and all(v > 0 for v in out[key].values())
     assert out["obs_dim"] == 119 and out["device"] == "cpu"
     json.dumps(out)
+
+
+def test_evaluate_policy_measures_the_transfer_gap(trained) -> None:
+    """The source-sim evaluation and the same starts in the policy's own distilled env, and their gap."""
+    from s3.config import Params
+    from s3.evaluate.params import EvaluateParams
+    from s3.evaluate.policy_eval import evaluate_policy
+
+    root = trained["root"]
+    ep = EvaluateParams(conditions=["nominal", "ice"], start_fractions=[0.0, 0.5], seeds=[0], max_lap_seconds=15.0, gif=False)
+    params = Params().model_copy(update={"evaluate": ep})
+    out = evaluate_policy("bicycle", root / "policies" / "bicycle", params, root / "eval" / "bicycle.json", None, root / "models")
+    on_disk = json.loads((root / "eval" / "bicycle.json").read_text())
+    assert on_disk["transfer_gap"] == out["transfer_gap"] and set(out["transfer_gap"]) == {"nominal", "ice"}
+    for cond in ("nominal", "ice"):
+        dist = out["distilled"][cond]
+        assert dist["runs"] == 2 and sum(dist["reasons"].values()) == 2
+        gap = out["transfer_gap"][cond]["mean_speed_mps"]
+        src = out["conditions"][cond]["aggregate"]["mean_speed_mps"]["mean"]
+        assert gap["source"] == src and gap["distilled"] == dist["aggregate"]["mean_speed_mps"]["mean"]
+        assert gap["gap"] == pytest.approx(src - gap["distilled"])
+        assert 0.0 < gap["distilled"] < 60.0  # 15 s from 4-6 m/s: the car moved, at a sane speed

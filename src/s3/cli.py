@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ import typer
 from rich.console import Console
 
 from s3.config import Params, ParamsError, load_params
-from s3.platform.tracking import log_collect, log_distill
+from s3.platform.tracking import log_collect, log_distill, log_evaluate, log_train
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sim2Sim2Sim: collect, distill, train, evaluate, report.")
 bench_app = typer.Typer(no_args_is_help=True, help="Throughput benchmarks that print JSON.")
@@ -28,21 +27,31 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(track_app, name="track")
 
 console = Console(stderr=True)
+
+
+def _table_console() -> Console:
+    """stdout for tables; wide when not a terminal (dvc, logs), where rich would assume 80 columns."""
+    out = Console()
+    return out if out.is_terminal else Console(width=180)
 ParamsPath = Annotated[Path, typer.Option("--params", "-p", help="params file")]
 Overrides = Annotated[list[str] | None, typer.Option("--set", help="override, e.g. --set collect.episodes=10")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]
 
 
 def _known_errors() -> tuple[type[Exception], ...]:
-    from s3.data.rollouts import RolloutError
-    from s3.dynamics.checkpoint import CheckpointError
-    from s3.dynamics.distill import DistillError
-    from s3.io import WorkspaceBusy
-    from s3.rl.train import TrainError
-    from s3.sim.base import SimulatorError
-    from s3.tracks.track import TrackError
-
-    return (ParamsError, RolloutError, WorkspaceBusy, SimulatorError, TrackError, CheckpointError, DistillError, TrainError)
+    """The project's own error classes, of the modules already imported: an exception of a class
+    whose module was never imported cannot occur, and importing them (lightning, rsl_rl) costs seconds."""
+    where = {
+        "s3.data.rollouts": "RolloutError",
+        "s3.dynamics.checkpoint": "CheckpointError",
+        "s3.dynamics.distill": "DistillError",
+        "s3.io": "WorkspaceBusy",
+        "s3.rl.source_env": "SourceWorkerError",
+        "s3.rl.train": "TrainError",
+        "s3.sim.base": "SimulatorError",
+        "s3.tracks.track": "TrackError",
+    }
+    return (ParamsError, *(getattr(sys.modules[m], name) for m, name in where.items() if m in sys.modules))
 
 
 @contextlib.contextmanager
@@ -70,7 +79,7 @@ def collect(params: ParamsPath = Path("params.yaml"), set_: Overrides = None, qu
         manifest = run(p, Path("."), quiet=quiet)
     m = json.loads(manifest.read_text())
     console.print(
-        f"collected {m['rows']} rows in {m['episodes']} episodes ({m['episodes_dropped']} dropped) "
+        f"collected {m['rows']} rows in {m['episodes']} episodes ({m['episodes_dropped']} dropped, {m['episodes_lost']} lost) "
         f"with {m['simulator_version']} -> {manifest.parent}"
     )
     log_collect(p, manifest)  # MLflow; S3_MLFLOW=0 skips
@@ -103,7 +112,7 @@ def distill(
         families = _families(family)
         dp = p.distill.model_copy(update={"progress_bar": p.distill.progress_bar and not quiet})
         results = distill_many(families, Path(p.collect.out_dir), MODELS_DIR, DISTILL_METRICS, DISTILL_PLOTS, dp)
-    Console().print(comparison_table(results))
+    _table_console().print(comparison_table(results))
     log_distill(p, families)  # MLflow; S3_MLFLOW=0 skips
 
 
@@ -135,30 +144,41 @@ def regress(
 
 
 POLICIES_DIR, TRAIN_PLOTS, TRAIN_METRICS = Path("policies"), Path("plots/train"), Path("metrics/train")
+EXTRA_POLICIES = ("oracle", "direct")  # the baselines that are trained policies (see `s3 train`)
 
 
 @app.command()
 def train(
-    family: Annotated[str, typer.Option(help="bicycle, ddm, transformer, dytr, or all")] = "all",
+    family: Annotated[str, typer.Option(help="bicycle, ddm, transformer, dytr, oracle, direct, or all (the four families)")] = "all",
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
     quiet: Quiet = False,
 ) -> None:
-    """Train a PPO policy inside each family's distilled environment (policies/<family>/)."""
-    from s3.rl.train import train_many
+    """Train PPO policies (policies/<name>/): in each family's distilled env, the oracle, or direct.
+
+    `all` = the four families; `oracle` = PPO in train.oracle_family's env with the surface label
+    observed; `direct` = PPO in the source simulator for train.direct.budget_s.
+    """
+    from s3.rl.mlflow_logger import curve
+    from s3.rl.stage import policy_names, train_policies
 
     p = _params(params, set_)
     with _one_line_errors():
-        families = _families(family)
-        tp = p.train.model_copy(update={"progress_bar": p.train.progress_bar and not quiet})
-        results = train_many(families, MODELS_DIR, POLICIES_DIR, TRAIN_PLOTS, tp, TRAIN_METRICS)
+        try:
+            names = policy_names(family)
+        except ValueError as e:
+            raise ParamsError(str(e)) from None
+        root = p.model_copy(update={"train": p.train.model_copy(update={"progress_bar": p.train.progress_bar and not quiet})})
+        results = train_policies(names, root, MODELS_DIR, POLICIES_DIR, TRAIN_PLOTS, TRAIN_METRICS)
+    for name, r in results.items():  # MLflow; S3_MLFLOW=0 skips
+        log_train(p, name, r, [v for t, _, v in curve(r.get("mlflow_run_id") or "") if t == "Train/mean_reward"])
     for fam, r in results.items():
         console.print(f"{fam}: {json.dumps({k: v for k, v in r.items() if not isinstance(v, (dict, list))})}")
 
 
 @app.command()
 def evaluate(
-    family: Annotated[str, typer.Option(help="a model family, a baseline (pid, pid_blind), or all")] = "all",
+    family: Annotated[str, typer.Option(help="a model family, oracle, direct, a baseline (pid, pid_blind), or all")] = "all",
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
 ) -> None:
@@ -166,25 +186,47 @@ def evaluate(
     from s3.dynamics.params import FAMILIES
     from s3.evaluate.evaluate import BASELINES, evaluate_baseline, evaluate_driver
     from s3.evaluate.policy_driver import policy_factory
+    from s3.evaluate.policy_eval import evaluate_policy
 
     p = _params(params, set_)
     ep = p.evaluate
     with _one_line_errors():
-        known = [*FAMILIES, *BASELINES]
+        known = [*FAMILIES, *EXTRA_POLICIES, *BASELINES]
         if family != "all" and family not in known:
             raise ParamsError(f"--family: {family!r} is not one of {', '.join(known)}, all")
-        names = [*FAMILIES, "pid"] if family == "all" else [family]
+        names = [*FAMILIES, *EXTRA_POLICIES, *BASELINES] if family == "all" else [family]
         results = {}
         for name in names:
             out, plots = Path(ep.out_dir) / f"{name}.json", Path(ep.plot_dir) / name
             if name in BASELINES:
                 results[name] = evaluate_baseline(name, p, out, plots)
+                log_evaluate(p, name, results[name])
                 continue
             folder = POLICIES_DIR / name
-            if not folder.exists():
+            if not (folder / "policy.json").exists():
+                if family == "all" and name in EXTRA_POLICIES:
+                    console.print(f"evaluate: skipping {name} ({folder} has no policy)")
+                    continue
                 raise ParamsError(f"{folder}: no policy; run `s3 train --family {name}` first")
-            results[name] = evaluate_driver(name, policy_factory(folder), p, out, plots)
-    Console().print(_evaluation_table(results))
+            if name == "direct":  # trained in the source simulator: no distilled env to compare with
+                results[name] = evaluate_driver(name, policy_factory(folder), p, out, plots)
+            else:
+                results[name] = evaluate_policy(name, folder, p, out, plots, MODELS_DIR)
+            log_evaluate(p, name, results[name])
+    _table_console().print(_evaluation_table(results))
+
+
+@app.command()
+def report(
+    metrics_dir: Annotated[Path, typer.Option(help="where metrics/distill, train and eval live")] = Path("metrics"),
+    reports_dir: Annotated[Path, typer.Option(help="reports/report.md goes here")] = Path("reports"),
+    plots_dir: Annotated[Path, typer.Option(help="the accuracy-vs-quality figure goes here")] = Path("plots/report"),
+) -> None:
+    """Prediction accuracy vs policy quality, and the efficiency of distillation (metrics/report.json)."""
+    from s3.evaluate.report import report as run_report
+
+    with _one_line_errors():
+        run_report(metrics_dir, reports_dir, plots_dir, _table_console())
 
 
 def _evaluation_table(results: dict[str, dict]) -> object:
@@ -212,26 +254,21 @@ def _evaluation_table(results: dict[str, dict]) -> object:
 def bench_env(
     family: Annotated[str, typer.Option(help="model family whose models/<family>/ to step")] = "bicycle",
     device: Annotated[str, typer.Option(help="cpu, cuda or auto")] = "auto",
-    seconds: Annotated[float, typer.Option(help="wall seconds to time the source simulator")] = 10.0,
+    seconds: Annotated[float, typer.Option(help="wall seconds to time the source simulator (0 skips it)")] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
 ) -> None:
-    """Distilled-env and PPO steps/s at N = 256, 1024, 4096, against the source simulator."""
+    """Distilled-env and PPO steps/s at N = 256, 1024, 4096, against the source simulator.
+
+    The same run measures the source simulator's single-process control steps/s and a PPO loop
+    on it (one worker per core), and prints the ratios env_vs_source and ppo_vs_direct.
+    """
     from s3.rl.bench import bench_env as run_env
-    from s3.sim.bench import bench_sim as run_sim
 
     p = _params(params, set_)
     with _one_line_errors():
-        result = run_env(family, MODELS_DIR, device=device, params=p.train)
-        src = run_sim(seconds=seconds, params=p.sim.mujoco, control_dt=p.sim.control_dt)
-    # The source side is its single-process step rate; with one worker per core a PPO loop on
-    # it can step at most `cores` times that, so train_vs_source_all_cores is an upper bound.
-    cores = os.cpu_count() or 1
-    one = src["control_steps_per_s"]
-    result["source_control_steps_per_s"] = one
-    result["env_vs_source"] = {n: v / one for n, v in result["env_steps_per_s"].items()}
-    result["train_vs_source_all_cores"] = {n: v / (one * cores) for n, v in result["train_steps_per_s"].items()}
+        result = run_env(family, MODELS_DIR, device=device, params=p.train, sim=p.sim, source_seconds=seconds)
     if as_json:
         print(json.dumps(result))
     else:

@@ -54,6 +54,12 @@ class CollectParams(BaseModel):
     off_track_margin: float = Field(
         4.0, ge=0, le=100, description="episode ends once the car is this far outside the edge (m)"
     )
+    retries: int = Field(
+        3, ge=0, le=20, description="extra attempts for an episode whose simulator connection or worker process was lost"
+    )
+    retry_backoff_s: float = Field(
+        1.0, ge=0, le=600, description="wait before the first retry (s); doubles with each further retry, at most 60 s"
+    )
     out_dir: str = "data/rollouts"
     plot_dir: str = "plots/collect"
     tracks: ProceduralTrackParams = ProceduralTrackParams(

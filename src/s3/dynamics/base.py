@@ -72,9 +72,17 @@ def step_actions(history_actions: Tensor, action: Tensor) -> Tensor:
 
 
 class DynamicsModel(nn.Module):
-    """Base class of the four families: a batched one-step model plus rollout and pose."""
+    """Base class of the four families: a batched one-step model plus rollout and pose.
+
+    `inference_bf16` (default False; a setting, not a weight): without autograd, the network
+    families (ddm, transformer, dytr) run their networks under bfloat16 autocast. Meant for GPUs:
+    on the 2-core AVX-512 CPU it measured 0.5-1.1x the float32 speed (the casts cost what the
+    bf16 matmuls save) and moved one-step predictions by up to ~0.08 of the state-change std
+    (~1e-2 m/s), so it is never the default.
+    """
 
     family: ClassVar[str] = "base"
+    inference_bf16: bool = False
 
     def __init__(self, history: int, dt: float, use_mu: bool, state_dim: int = 4, action_dim: int = 3) -> None:
         super().__init__()

@@ -2,11 +2,17 @@
 
 Fitted on consecutive training-row pairs (s[t], a[t]) -> s[t+1]:
 - steering actuator:  steer[t+1] = steer_decay * steer[t] + steer_gain * steering_cmd[t]
-- longitudinal map:   (vx[t+1] - vx[t]) / dt = k_thr thr + k_thr_v thr vx - k_brake brk tanh(vx/0.3)
+- longitudinal map:   (vx[t+1] - vx[t]) / dt = k_thr thr min(1, v_knee / |vx|) - k_brake brk tanh(vx/0.3)
                                                - k_roll tanh(vx/0.5) - k_drag vx|vx|
-- kinematics:         yaw_rate = vx tan(steer) / L,  vy = lr_frac vx tan(steer)
-                      (effective L and lr_frac: least squares on the linear-regime rows)
-The model then ignores the history beyond the current state and the friction label: this is the
+  (constant drive force up to the power limit's knee speed, constant power above it; every
+  coefficient non-negative, so the car has a top speed where drive power meets drag)
+- kinematics:         yaw_rate = vx tan(steer) / L, capped at |vx yaw_rate| <= ay_max;  vy = lr yaw_rate
+The longitudinal map, L and lr are fitted on the high-grip rows where the car is not sliding
+(|vy| < 0.1 vx): the regime a kinematic model describes. L and lr are *effective* values: they
+absorb the understeer and body slip of the data's fast cornering, so they differ from the car's
+geometry (`wheelbase`, `lr`, fitted separately for the single-track models). ay_max is the 99th
+percentile of |vx yaw_rate| on those rows: the model corners no harder than the data ever did.
+The model ignores the history beyond the current state and the friction label: this is the
 baseline that fails on ice, by construction.
 """
 
@@ -16,22 +22,49 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy.optimize import lsq_linear
 from torch import Tensor
 
 from s3.dynamics.base import DynamicsModel
 
-FIT_NAMES = ("steer_decay", "steer_gain", "k_thr", "k_thr_v", "k_brake", "k_roll", "k_drag", "inv_wheelbase", "lr_frac", "wheelbase", "lr")
+FIT_NAMES = ("steer_decay", "steer_gain", "k_thr", "v_knee", "k_brake", "k_roll", "k_drag", "inv_wheelbase", "lr_eff", "ay_max", "wheelbase", "lr")
+V_KNEE_GRID = np.arange(4.0, 60.0, 0.5)  # m/s, searched for the power limit's knee
 
 
 def _lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.linalg.lstsq(x, y, rcond=None)[0]
 
 
+def _slope(x: np.ndarray, y: np.ndarray, default: float) -> float:
+    """Least-squares y = k x through the origin (default when x carries no signal)."""
+    xx = float(x @ x)
+    return float(x @ y) / xx if xx > 1e-9 else default
+
+
+def drive_feature(thr: np.ndarray, vx: np.ndarray, v_knee: float) -> np.ndarray:
+    """Throttle's share of the peak drive force: 1 up to the knee speed, v_knee / |vx| above."""
+    return thr * np.minimum(1.0, v_knee / np.maximum(np.abs(vx), 1e-3))
+
+
+def fit_longitudinal(vx0: np.ndarray, thr: np.ndarray, brk: np.ndarray, acc: np.ndarray) -> tuple[float, np.ndarray]:
+    """(v_knee, [k_thr, k_brake, k_roll, k_drag] >= 0): non-negative least squares per knee speed."""
+    best: tuple[float, float, np.ndarray] | None = None
+    rest = np.stack([-brk * np.tanh(vx0 / 0.3), -np.tanh(vx0 / 0.5), -vx0 * np.abs(vx0)], 1)
+    for v_knee in V_KNEE_GRID:
+        feats = np.concatenate([drive_feature(thr, vx0, v_knee)[:, None], rest], 1)
+        sol = lsq_linear(feats, acc, bounds=(0.0, np.inf))
+        cost = float(sol.cost)
+        if best is None or cost < best[0]:
+            best = (cost, float(v_knee), sol.x)
+    assert best is not None
+    return best[1], best[2]
+
+
 def fit_bicycle(s0: np.ndarray, a0: np.ndarray, s1: np.ndarray, dt: float, grip: np.ndarray | None = None) -> dict[str, float]:
     """Least-squares fit on M consecutive pairs: s0, s1 [M, 4] states, a0 [M, 3] commands.
 
-    `grip` [M] bool marks high-friction rows (mu_mean >= 0.5); when given, the acceleration map
-    and the geometry are fitted on those rows only (the nominal car), otherwise on all rows.
+    `grip` [M] bool marks high-friction rows (mu_mean >= 0.5); when given, everything but the
+    steering actuator is fitted on those rows only (the nominal car), otherwise on all rows.
     Besides the bicycle's own coefficients, returns the geometry for the single-track model
     (`wheelbase`, `lr`), regressed with an understeer term on quasi-steady cornering rows:
         vx tan(steer) = L r + K r vx^2,   vy = lr r - K' r vx^2.
@@ -40,18 +73,20 @@ def fit_bicycle(s0: np.ndarray, a0: np.ndarray, s1: np.ndarray, dt: float, grip:
     vx0, d0, vx1, vy1, r1, d1 = s0[:, 0], s0[:, 3], s1[:, 0], s1[:, 1], s1[:, 2], s1[:, 3]
     steer_cmd, thr, brk = a0[:, 0], a0[:, 1], a0[:, 2]
     decay, gain = _lstsq(np.stack([d0, steer_cmd], 1), d1)
-    feats = np.stack([thr, thr * vx0, -brk * np.tanh(vx0 / 0.3), -np.tanh(vx0 / 0.5), -vx0 * np.abs(vx0)], 1)
-    k = _lstsq(feats[grip], ((vx1 - vx0) / dt)[grip])
+    # the kinematic regime: moving forward without sliding (selected on the sideslip, never on
+    # the yaw rate being predicted, which would bias the slope towards zero)
+    rolling = grip & (vx1 > 3.0) & (np.abs(vy1) < 0.1 * vx1)
+    if rolling.sum() < 50:
+        rolling = grip & (vx1 > 1.0)
+    v_knee, k = fit_longitudinal(vx0[rolling], thr[rolling], brk[rolling], ((vx1 - vx0) / dt)[rolling])
+    turn = (vx1 * np.tan(d1))[rolling]
+    inv_l = _slope(turn, r1[rolling], 1 / 2.7)
+    lr_eff = _slope(r1[rolling], vy1[rolling], 0.0)
+    ay_max = float(np.percentile(np.abs(vx1 * r1)[rolling], 99)) if rolling.any() else 9.0
     tan_d = np.tan(d1)
-    lin = grip & (vx1 > 2.0) & (np.abs(vx1 * r1) < 3.0)
-    if lin.sum() < 50:  # fall back to every forward-moving row
-        lin = vx1 > 1.0
-    # the bicycle's own, effective wheelbase (its best one-step fit of the yaw rate)
-    inv_l = float(_lstsq((vx1 * tan_d)[lin, None], r1[lin])[0]) if lin.any() else 1 / 2.7
-    lr_frac = float(_lstsq((vx1 * tan_d)[lin, None], vy1[lin])[0]) if lin.any() else 0.5
     # geometry with the understeer terms separated out, on quasi-steady rows (slow changes of
     # yaw rate, steering and speed), loosened until enough rows qualify
-    wheelbase, lr = 1 / inv_l, 0.5 / inv_l
+    wheelbase, lr = 1 / max(inv_l, 1e-3), 0.5 / max(inv_l, 1e-3)
     for loosen in (1.0, 2.0, 4.0, 8.0):
         steady = (
             grip
@@ -72,12 +107,13 @@ def fit_bicycle(s0: np.ndarray, a0: np.ndarray, s1: np.ndarray, dt: float, grip:
         "steer_decay": float(decay),
         "steer_gain": float(gain),
         "k_thr": float(k[0]),
-        "k_thr_v": float(k[1]),
-        "k_brake": float(k[2]),
-        "k_roll": float(k[3]),
-        "k_drag": float(k[4]),
-        "inv_wheelbase": float(np.clip(inv_l, 1 / 10.0, 1 / 0.5)),
-        "lr_frac": float(np.clip(lr_frac, -1.0, 1.0)),
+        "v_knee": v_knee,
+        "k_brake": float(k[1]),
+        "k_roll": float(k[2]),
+        "k_drag": float(k[3]),
+        "inv_wheelbase": float(np.clip(inv_l, 1 / 20.0, 1 / 0.5)),
+        "lr_eff": float(np.clip(lr_eff, -5.0, 5.0)),
+        "ay_max": float(np.clip(ay_max, 1.0, 30.0)),
         "wheelbase": wheelbase,
         "lr": lr,
     }
@@ -104,13 +140,9 @@ class BicycleModel(DynamicsModel):
         s = hs[:, -1]  # [N, S] current state
         vx, d = s[:, 0], s[:, 3]
         d1 = c[0] * d + c[1] * a[:, 0]
-        acc = (
-            c[2] * a[:, 1]
-            + c[3] * a[:, 1] * vx
-            - c[4] * a[:, 2] * torch.tanh(vx / 0.3)
-            - c[5] * torch.tanh(vx / 0.5)
-            - c[6] * vx * vx.abs()
-        )
+        drive = a[:, 1] * torch.clamp(c[3] / vx.abs().clamp_min(1e-3), max=1.0)
+        acc = c[2] * drive - c[4] * a[:, 2] * torch.tanh(vx / 0.3) - c[5] * torch.tanh(vx / 0.5) - c[6] * vx * vx.abs()
         vx1 = vx + self.dt * acc
-        t = vx1 * torch.tan(d1)
-        return torch.stack([vx1, c[8] * t, c[7] * t, d1], dim=1)  # [N, 4]
+        r_cap = c[9] / vx1.abs().clamp_min(1.0)  # [N] the fitted cornering limit as a yaw rate
+        r1 = torch.clamp(c[7] * vx1 * torch.tan(d1), -r_cap, r_cap)
+        return torch.stack([vx1, c[8] * r1, r1, d1], dim=1)  # [N, 4]

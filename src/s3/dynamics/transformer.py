@@ -4,6 +4,12 @@ Token j (j = 0..K-1) is history row t-K+1+j: (normalised state, normalised comma
 it, normalised friction label if used). The last token carries the current state and the
 command being applied, so its output predicts s[t+1] - s[t]. Only the last token's output is
 needed: the final block computes its query alone (earlier blocks must run on every token).
+
+Without autograd on CPU (an RL environment stepping thousands of cars) the batch is cut into
+chunks of `INFERENCE_CHUNK` sequences: the activations of one chunk stay in the CPU's cache
+instead of streaming [N, K, D] tensors through memory (and page faults) for every op. The
+optional bfloat16 autocast (`DynamicsModel.inference_bf16`, off by default) trades accuracy for
+speed: see base.py.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from s3.dynamics.base import DynamicsModel, step_actions
+
+INFERENCE_CHUNK = 256  # sequences per chunk in the no-grad forward (~2 MB of activations at d=64)
 
 
 class Block(nn.Module):
@@ -30,19 +38,24 @@ class Block(nn.Module):
         self.proj = nn.Linear(d, d)
         self.mlp = nn.Sequential(nn.Linear(d, mlp_ratio * d), nn.GELU(), nn.Linear(mlp_ratio * d, d))
 
+    def _split_heads(self, x: Tensor) -> Tensor:
+        """[N, T, D] -> [N, h, T, D/h]."""
+        n, t, d = x.shape
+        return x.view(n, t, self.heads, d // self.heads).transpose(1, 2)
+
     def forward(self, x: Tensor, last_only: bool = False) -> Tensor:
         """x [N, T, D] -> [N, T, D], or [N, 1, D] (the last token only) if last_only."""
         n, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)  # [N, T, D] each
-        k = k.view(n, t, self.heads, d // self.heads).transpose(1, 2)  # [N, h, T, D/h]
-        v = v.view(n, t, self.heads, d // self.heads).transpose(1, 2)
-        if last_only:  # the last token attends to everything: no mask needed
+        h = self.ln1(x)
+        if last_only:  # keys and values of every token, the query of the last one only
+            w, b = self.qkv.weight, self.qkv.bias
+            q = F.linear(h[:, -1:], w[:d], b[:d])  # [N, 1, D]
+            k, v = F.linear(h, w[d:], b[d:]).split(d, dim=2)  # [N, T, D] each
             x = x[:, -1:]
-            q = q[:, -1:].view(n, 1, self.heads, d // self.heads).transpose(1, 2)  # [N, h, 1, D/h]
-            y = F.scaled_dot_product_attention(q, k, v)
         else:
-            q = q.view(n, t, self.heads, d // self.heads).transpose(1, 2)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            q, k, v = self.qkv(h).split(d, dim=2)
+        # the last token attends to everything: no mask needed
+        y = F.scaled_dot_product_attention(self._split_heads(q), self._split_heads(k), self._split_heads(v), is_causal=not last_only)
         x = x + self.proj(y.transpose(1, 2).reshape(n, -1, d))
         return x + self.mlp(self.ln2(x))
 
@@ -58,14 +71,30 @@ class CausalTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, heads, mlp_ratio) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d_model)
 
-    def forward(self, tokens: Tensor, extra_last: Tensor | None = None) -> Tensor:
-        """tokens [N, T, F]; extra_last [N, D] is added to the last token's embedding."""
+    def _forward(self, tokens: Tensor, extra_last: Tensor | None) -> Tensor:
+        """One batch, as `forward` describes."""
         x = self.embed(tokens) + self.pos[: tokens.shape[1]]  # [N, T, D]
         if extra_last is not None:
             x = torch.cat([x[:, :-1], x[:, -1:] + extra_last[:, None]], dim=1)
         for i, blk in enumerate(self.blocks):
             x = blk(x, last_only=i == len(self.blocks) - 1)
         return self.ln_f(x[:, -1])  # [N, D]
+
+    def forward(self, tokens: Tensor, extra_last: Tensor | None = None, bf16: bool = False) -> Tensor:
+        """tokens [N, T, F]; extra_last [N, D] is added to the last token's embedding.
+
+        bf16 (inference only): run under bfloat16 autocast.
+        """
+        n = tokens.shape[0]
+        if torch.is_grad_enabled():
+            return self._forward(tokens, extra_last)
+        chunk = INFERENCE_CHUNK if tokens.device.type == "cpu" else max(n, 1)
+        out = tokens.new_empty(n, self.ln_f.normalized_shape[0])
+        with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=bf16):
+            for i in range(0, n, chunk):
+                sl = slice(i, i + chunk)
+                out[sl] = self._forward(tokens[sl], None if extra_last is None else extra_last[sl])
+        return out
 
 
 def history_tokens(model: DynamicsModel, hs: Tensor, ha: Tensor, a: Tensor, mu: Tensor | None) -> Tensor:
@@ -94,5 +123,5 @@ class TransformerModel(DynamicsModel):
         return {**super().config(), **self.sizes}
 
     def forward_step(self, hs: Tensor, ha: Tensor, a: Tensor, mu: Tensor | None) -> Tensor:
-        z = self.head(self.net(history_tokens(self, hs, ha, a, mu)))  # [N, S] normalised change
+        z = self.head(self.net(history_tokens(self, hs, ha, a, mu), bf16=self.inference_bf16))  # [N, S] normalised change
         return hs[:, -1] + z * self.norm.delta_std + self.norm.delta_mean

@@ -7,28 +7,38 @@ runs every condition (nominal, ice) x start position x seed, computes the per-ru
 JSON atomically to `out_json` (conventionally metrics/eval/<name>.json) and the figures under
 `plots_dir`. The simulator is deterministic: seed k perturbs the start (lateral offset, heading,
 speed) by a fixed draw, the same draw in both conditions, so the conditions are paired.
+
+A run whose simulator connection was lost (BeamNG gone, socket closed) is not a driving result:
+it is re-run on a freshly made simulator, `collect.retries` times with exponential backoff from
+`collect.retry_backoff_s` (the project's one simulator retry policy). A run still lost after
+that is left out of the aggregates and listed under "lost" in the output, with the error;
+"retried" lists runs that needed retries and then succeeded. A simulator that cannot be reached
+at all (at the start, or on a run's last attempt) stops the stage with a SimulatorError.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from s3.evaluate.drivers import DriverFactory, pid_factory
+from s3.evaluate.drivers import Driver, DriverFactory, pid_factory
 from s3.evaluate.metrics import aggregate, run_metrics
 from s3.evaluate.params import EvaluateParams
 from s3.evaluate.plots import lap_gif, track_figure, traces_figure
 from s3.evaluate.run import RunResult, run_lap
 from s3.io import write_json_atomic
+from s3.sim.base import SimulatorLost, SourceSim
 from s3.sim.factory import make_sim
 from s3.tracks.road_course import ICE_PATCHES, road_course
 from s3.viz.track_plot import save_figure
 
+DEFAULT_RETRIES, DEFAULT_BACKOFF_S, MAX_BACKOFF_S = 3, 1.0, 60.0
 HEADLINE = ("lap_time_s", "mean_speed_mps", "distance_m", "off_track_events", "mean_abs_lateral_error_m",
             "max_abs_lateral_error_m", "mean_abs_steering_rate", "mean_abs_steering_jerk", "pedal_switches")  # fmt: skip
 
@@ -56,6 +66,82 @@ def _ci(agg: dict[str, Any], key: str) -> dict[str, Any]:
     return {"mean": m["mean"], "ci95": m["ci95"], "n": m["n"]}
 
 
+def _retry_policy(params: Any) -> tuple[int, float]:
+    """(retries, first backoff in s) from the root params' collect section, else the defaults."""
+    c = getattr(params, "collect", None)
+    return (getattr(c, "retries", DEFAULT_RETRIES), getattr(c, "retry_backoff_s", DEFAULT_BACKOFF_S))
+
+
+class _Simulator:
+    """The evaluation's simulator and the driver bound to it, remade after a lost connection."""
+
+    def __init__(self, params: Any, driver_factory: DriverFactory) -> None:
+        self.params, self.driver_factory = params, driver_factory
+        self.retries, self.backoff_s = _retry_policy(params)
+        self.sim: SourceSim | None = None
+        self.driver: Driver | None = None
+        self.info: dict[str, Any] | None = None
+
+    def get(self) -> tuple[SourceSim, Driver]:
+        """The live simulator and driver (making them if needed; raises SimulatorLost)."""
+        if self.sim is None:
+            sim = make_sim(self.params.sim)
+            self.sim, self.driver = sim, self.driver_factory(sim)
+            self.info = self.info or {"name": sim.name, "version": sim.version, "control_dt": sim.control_dt}
+        assert self.driver is not None
+        return self.sim, self.driver
+
+    def drop(self) -> None:
+        sim, self.sim, self.driver = self.sim, None, None
+        if sim is not None:
+            try:
+                sim.close()
+            except Exception:  # noqa: BLE001 - a lost connection may not close cleanly; it is dropped anyway
+                pass
+
+    def wait(self, attempt: int, what: str, error: str) -> None:
+        wait_s = min(self.backoff_s * 2.0**attempt, MAX_BACKOFF_S)
+        print(f"evaluate: {what}: {error.rstrip('.')}; retry {attempt + 1}/{self.retries} in {wait_s:g} s", file=sys.stderr, flush=True)
+        time.sleep(wait_s)
+
+    def connect(self) -> None:
+        """Make the first simulator, retrying a lost connection; raise the last error if it never comes."""
+        for attempt in range(self.retries + 1):
+            try:
+                self.get()
+                return
+            except SimulatorLost as e:
+                self.drop()
+                if attempt == self.retries:
+                    raise
+                self.wait(attempt, "connecting", str(e))
+
+    @property
+    def control_dt(self) -> float:
+        return float(self.info["control_dt"]) if self.info else float(self.params.sim.control_dt)
+
+    def run(self, what: str, **lap: Any) -> tuple[RunResult | None, int, str]:
+        """run_lap(sim, driver=driver, **lap), re-run while the connection is lost: (result or None, retries, last error)."""
+        error = ""
+        for attempt in range(self.retries + 1):
+            connected = False
+            try:
+                sim, driver = self.get()
+                connected = True
+                r = run_lap(sim, driver=driver, **lap)
+                if not r.lost:
+                    return r, attempt, error
+                error = r.error or "simulator lost"
+            except SimulatorLost as e:
+                error = str(e)
+            self.drop()
+            if not connected and attempt == self.retries:  # unreachable: the other runs would only wait too
+                raise SimulatorLost(f"{error} ({what}, {self.retries + 1} attempts)")
+            if attempt < self.retries:
+                self.wait(attempt, what, error)
+        return None, self.retries, error
+
+
 def evaluate_driver(
     name: str,
     driver_factory: DriverFactory,
@@ -71,11 +157,13 @@ def evaluate_driver(
     """
     ep = _resolve(params, eval_params)
     t_start = time.perf_counter()
-    sim = make_sim(params.sim)
+    simulator = _Simulator(params, driver_factory)
+    simulator.connect()
     results: dict[str, Any] = {}
     kept: dict[str, list[tuple[dict[str, Any], RunResult]]] = {}
+    lost: list[dict[str, Any]] = []
+    retried: list[dict[str, Any]] = []
     try:
-        driver = driver_factory(sim)
         for cond in ep.conditions:
             track = road_course(cond)
             labelled = list(ICE_PATCHES) if cond == "ice" else []
@@ -85,13 +173,20 @@ def evaluate_driver(
                 for seed in ep.seeds:
                     d0, h0, v0 = start_perturbation(seed, i, ep)
                     t0 = time.perf_counter()
-                    r = run_lap(
-                        sim, track, driver, start_s=frac * track.length, start_d=d0, start_heading=h0, start_speed=v0,
-                        max_seconds=ep.max_lap_seconds, fail_distance=ep.fail_distance,
-                        backwards_distance=ep.backwards_distance, stall_seconds=ep.stall_seconds,
-                        stall_speed=ep.stall_speed, projection_window=ep.projection_window,
+                    where = {"condition": cond, "start_index": i, "seed": seed}
+                    r, retries, error = simulator.run(
+                        f"{cond} start {i} seed {seed}", track=track, start_s=frac * track.length, start_d=d0,
+                        start_heading=h0, start_speed=v0, max_seconds=ep.max_lap_seconds,
+                        fail_distance=ep.fail_distance, backwards_distance=ep.backwards_distance,
+                        stall_seconds=ep.stall_seconds, stall_speed=ep.stall_speed,
+                        projection_window=ep.projection_window,
                     )  # fmt: skip
-                    m = run_metrics(r.trajectory, track, r.completed, r.lap_time, r.progress, sim.control_dt,
+                    if r is None:
+                        lost.append({**where, "attempts": retries + 1, "error": error})
+                        continue
+                    if retries:
+                        retried.append({**where, "retries": retries, "error": error})
+                    m = run_metrics(r.trajectory, track, r.completed, r.lap_time, r.progress, simulator.control_dt,
                                     ep.off_track_tolerance, labelled)  # fmt: skip
                     row = {
                         "condition": cond,
@@ -117,7 +212,9 @@ def evaluate_driver(
             results[cond] = {"track": track.name, "length_m": track.length, "aggregate": aggregate(runs),
                              "per_start": per_start, "runs": runs}  # fmt: skip
     finally:
-        sim.close()
+        simulator.drop()
+    if lost:
+        print(f"evaluate: {len(lost)} run(s) lost to the simulator connection, left out of the metrics (see {out_json})", file=sys.stderr, flush=True)
     summary: dict[str, Any] = {}
     for cond, res in results.items():
         agg = res["aggregate"]
@@ -132,12 +229,14 @@ def evaluate_driver(
         "driver": name,
         "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({platform.machine()}, {platform.system()})",
-        "simulator": {"name": sim.name, "version": sim.version, "control_dt": sim.control_dt},
+        "simulator": simulator.info,
         "held_out_track": "road_course (built-in, never used for training or tuning)",
         "params": ep.model_dump(mode="json"),
         "summary": summary,
         "conditions": results,
         "plots": plots,
+        "lost": lost,
+        "retried": retried,
         "wall_s": time.perf_counter() - t_start,
     }
     write_json_atomic(out_json, out)

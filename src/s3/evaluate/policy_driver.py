@@ -138,9 +138,9 @@ def policy_factory(folder: str | Path, track_ds: float = 1.0, device: str = "cpu
 
     Refuses a simulator whose control period differs from the one the policy was trained at.
     """
-    from s3.rl.export import as_callable, load_exported
+    from s3.rl.export import as_callable, load_deployed
 
-    module, meta = load_exported(folder, device)
+    module, meta = load_deployed(folder, device)
     layout = layout_from_json(meta["obs"])
     recurrent = bool(meta["policy"]["recurrent"])
 

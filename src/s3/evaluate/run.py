@@ -7,6 +7,8 @@ driven until its net progress along the road reaches one lap length (lap complet
 is interpolated within the last control period), it is `fail_distance` beyond a road edge
 ("off_track"), it has gone `backwards_distance` backwards ("backwards"), it has stood still for
 `stall_seconds` ("stalled"), the simulator fails ("sim_error"), or at `max_seconds` ("max_time").
+A "sim_error" caused by a lost simulator connection (`SimulatorLost`) is flagged `lost`: it says
+nothing about the driver, so the caller retries the run on a fresh simulator instead of scoring it.
 
 The trajectory holds T + 1 rows (the start state, then one per control period) with the keys of
 the distilled environment's trajectories (s3.rl.rollout) plus a few more; the command columns of
@@ -22,7 +24,7 @@ import numpy as np
 
 from s3.evaluate.drivers import Driver, TrackState
 from s3.evaluate.metrics import beyond_edge
-from s3.sim.base import Control, SimulatorError, SourceSim, VehicleState
+from s3.sim.base import Control, SimulatorError, SimulatorLost, SourceSim, VehicleState
 from s3.tracks.track import Track, wrap_angle
 
 REASONS = ("lap", "off_track", "backwards", "stalled", "sim_error", "max_time")
@@ -50,6 +52,7 @@ class RunResult:
     steps: int
     trajectory: dict[str, np.ndarray] = field(default_factory=dict)
     error: str | None = None
+    lost: bool = False  # the simulator connection was lost: retry, do not score
 
 
 def track_state(track: Track, state: VehicleState, hint: int | None, window: int, progress: float) -> TrackState:
@@ -120,7 +123,7 @@ def run_lap(
     try:
         state = sim.reset(track, x, y, float(wrap_angle(h + start_heading)), float(start_speed))
     except SimulatorError as e:
-        result.reason, result.error = "sim_error", str(e)
+        result.reason, result.error, result.lost = "sim_error", str(e), isinstance(e, SimulatorLost)
         return result
     t0 = state.time
     where = track_state(track, state, None, projection_window, 0.0)
@@ -134,7 +137,7 @@ def run_lap(
         try:
             state = sim.step(cmd)
         except SimulatorError as e:
-            result.reason, result.error = "sim_error", str(e)
+            result.reason, result.error, result.lost = "sim_error", str(e), isinstance(e, SimulatorLost)
             break
         prev_s, prev_progress = where.s, progress
         where = track_state(track, state, where.segment, projection_window, progress)

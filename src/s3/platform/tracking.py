@@ -238,3 +238,17 @@ def log_distill(params: Any, families: Iterable[str], root: str | Path = ".") ->
         p = params.distill.model_dump(exclude=others | {"progress_bar", "torch_threads"})
         art = [Path("plots/distill") / f"{fam}_{n}.png" for n in ("trajectories", "error_vs_horizon")] + [Path("models") / fam / "model.json"]
         log_stage_safely("distill", fam, p, Path("metrics/distill") / f"{fam}.json", art, root=root)
+
+
+def log_train(params: Any, name: str, summary: Mapping[str, Any], curve: Iterable[float] = (), root: str | Path = ".") -> None:
+    """The train stage: a policy's params, validation, wall clock and learning curve in its run."""
+    p = params.train.for_policy(name).model_dump(mode="json", exclude={"progress_bar", "per_policy"})
+    metrics = {**{k: v for k, v in summary.items() if k != "history"}, "curve": {"mean_reward": list(curve)}}
+    log_stage_safely("train", name, p, metrics, [Path("plots/train") / f"{name}.png", Path("policies") / name / "policy.json"], root=root)
+
+
+def log_evaluate(params: Any, name: str, result: Mapping[str, Any], root: str | Path = ".") -> None:
+    """The evaluate stage: policy quality (summary and transfer gap) and the figures in its run."""
+    metrics = {"summary": result.get("summary", {}), "transfer_gap": result.get("transfer_gap", {}), "wall_s": result.get("wall_s")}
+    p = params.evaluate.model_dump(mode="json", exclude=set() if name.startswith("pid") else {"pid"})
+    log_stage_safely("eval", name, p, metrics, [Path(f) for f in result.get("plots", [])], root=root)

@@ -7,7 +7,17 @@ reward, terminations and auto-reset included) for about `env_seconds`; `train_st
 the full rsl_rl PPO loop (rollout + update, `train_iterations` iterations after one warm-up
 iteration) with the train params' PPO settings. Peak memory: on CUDA the peak tensor memory
 allocated while benchmarking that N; on CPU the process's peak resident set so far (a
-high-water mark: it only grows with N). The source-simulator comparison lives in s3.sim.bench.
+high-water mark: it only grows with N).
+
+The same run also measures the source simulator (skipped with source_seconds=0):
+`source_control_steps_per_s` is one process stepping one car (s3.sim.bench.bench_sim, about
+`source_seconds`); `direct_env_steps_per_s` and `direct_ppo_steps_per_s` step
+`train.direct.num_envs` cars in `direct_workers` worker processes (0 = one per core) with random
+actions and with the direct baseline's PPO loop (s3.rl.source_env.SourceVecEnv, about
+`direct_seconds` each, after the workers have started). The ratios: `env_vs_source[N]` =
+env_steps_per_s[N] / source_control_steps_per_s (batched env against one source core) and
+`ppo_vs_direct[N]` = train_steps_per_s[N] / direct_ppo_steps_per_s (PPO in the distilled env
+against PPO on the source simulator using every core).
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ import resource
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,6 +35,12 @@ from s3.rl.env import DistilledEnv, resolve_device
 from s3.rl.params import TrainParams
 from s3.rl.ppo import make_runner, quiet
 from s3.tracks.generate import procedural_track
+
+if TYPE_CHECKING:
+    from s3.config import SimParams
+
+
+SOURCE_KEYS = ("source_control_steps_per_s", "direct_env_steps_per_s", "direct_ppo_steps_per_s", "direct_workers", "direct_num_envs", "direct_num_steps_per_env", "env_vs_source", "ppo_vs_direct")
 
 
 def _peak_mb(device: torch.device) -> float:
@@ -48,8 +64,12 @@ def bench_env(
     train_iterations: int = 2,
     n_tracks: int = 16,
     model: DynamicsModel | None = None,
+    sim: SimParams | None = None,
+    source_seconds: float = 2.0,
+    direct_seconds: float = 3.0,
+    direct_workers: int = 0,
 ) -> dict[str, Any]:
-    """Environment and PPO steps per second for each N in `sizes` (see the module docstring)."""
+    """Environment and PPO steps per second for each N in `sizes`, against the source simulator (see the module docstring)."""
     params = params or TrainParams()
     dev = resolve_device(device)
     if model is None:
@@ -101,4 +121,47 @@ def bench_env(
         out["train_steps_per_s"][str(n)] = round(train_iterations * params.ppo.num_steps_per_env * n / wall)
         out["peak_memory_mb"][str(n)] = round(_peak_mb(dev), 1)
         del runner, env
+    if source_seconds > 0:
+        from s3.config import SimParams
+
+        out.update(bench_source(sim or SimParams(), params, source_seconds, direct_seconds, direct_workers, tracks[:4]))
+        one, ppo = out["source_control_steps_per_s"], out["direct_ppo_steps_per_s"]
+        out["env_vs_source"] = {n: round(v / one, 2) for n, v in out["env_steps_per_s"].items()}
+        out["ppo_vs_direct"] = {n: round(v / ppo, 2) for n, v in out["train_steps_per_s"].items()}
+    else:
+        out.update(dict.fromkeys(SOURCE_KEYS))
     return out
+
+
+def bench_source(sim: SimParams, params: TrainParams, source_seconds: float, direct_seconds: float, workers: int, tracks: Sequence[Any]) -> dict[str, Any]:
+    """Single-process control steps/s of the source simulator, then its parallel env and PPO rates."""
+    from s3.rl.source_env import SourceVecEnv, resolve_workers
+    from s3.sim.bench import bench_sim
+
+    one = bench_sim(source_seconds, sim.mujoco, sim.control_dt)["control_steps_per_s"]
+    d = params.direct
+    ppo = params.ppo.model_copy(update={"num_steps_per_env": d.num_steps_per_env})
+    w = resolve_workers(workers, d.num_envs)
+    g = torch.Generator().manual_seed(0)
+    with SourceVecEnv(tracks, sim, params.env, d.num_envs, w, seed=0) as env:
+        steps, t0 = 0, time.perf_counter()
+        while steps == 0 or time.perf_counter() - t0 < direct_seconds:
+            env.step(torch.rand(d.num_envs, 2, generator=g) * 2 - 1)
+            steps += 1
+        env_rate = steps * d.num_envs / (time.perf_counter() - t0)
+        runner = make_runner(env, ppo, "cpu")
+        with quiet():
+            runner.learn(1)
+            its, t0 = 0, time.perf_counter()
+            while its == 0 or time.perf_counter() - t0 < direct_seconds:
+                runner.learn(1)
+                its += 1
+        ppo_rate = its * ppo.num_steps_per_env * d.num_envs / (time.perf_counter() - t0)
+    return {
+        "source_control_steps_per_s": round(one, 1),
+        "direct_env_steps_per_s": round(env_rate, 1),
+        "direct_ppo_steps_per_s": round(ppo_rate, 1),
+        "direct_workers": w,
+        "direct_num_envs": d.num_envs,
+        "direct_num_steps_per_env": ppo.num_steps_per_env,
+    }

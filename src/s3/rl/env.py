@@ -41,6 +41,16 @@ history is filled the same way.
 
 All public methods run under torch.inference_mode (rsl_rl collects rollouts under it): every env
 tensor is an inference tensor, created and updated only there.
+
+Speed (CPU first; every shortcut is checked against the plain formulation in
+tests/test_env_speed_equivalence.py). A step is a fixed sequence of batched tensor ops: no Python
+loop over cars, no host sync besides the count of finished cars. The history windows slide over
+preallocated buffers (one row written per step; `hs`, `ha`, `hist` are views into them, which
+later steps overwrite: clone what you keep). The projection reads each car's 2 w + 1 candidate
+segments as one row of a per-track sliding-window table, the preview reads tables continued
+around the lap, and per-point tables hold what the far end of a segment adds: no index
+arithmetic for wrap-around. Gathers are index_select (several times faster than advanced
+indexing on CPU) and the arc-length wraps avoid fmod where the range allows.
 """
 
 from __future__ import annotations
@@ -56,9 +66,9 @@ from torch import Tensor
 from rsl_rl.env import VecEnv
 
 from s3.dynamics.base import DynamicsModel, integrate_pose
-from s3.rl.observations import ObsLayout, assemble, obs_layout, to_body
+from s3.rl.observations import ObsLayout, assemble_paired, obs_layout, to_body
 from s3.rl.params import EnvParams
-from s3.tracks.torch_track import TrackBatch
+from s3.tracks.torch_track import TrackBatch, gather_rows, remainder_near
 from s3.tracks.track import Track
 
 REASONS = ("running", "off_track", "backwards", "model_invalid", "stalled", "time_out")
@@ -82,11 +92,40 @@ def _wrap(a: Tensor) -> Tensor:
     return math.pi - torch.remainder(math.pi - a, 2.0 * math.pi)
 
 
-class _SD(NamedTuple):
-    """What TrackBatch.friction_from_projection reads from a projection."""
+def _wrap_near(a: Tensor) -> Tensor:
+    """_wrap(a) bit for bit for a in (-3 pi, 3 pi], without its fmod (see remainder_near)."""
+    return math.pi - remainder_near(math.pi - a, 2.0 * math.pi)
 
-    s: Tensor
-    d: Tensor
+
+class _Window:
+    """A sliding window [N, K, F] over a buffer [N, K + spare, F] (spare >= K).
+
+    `push` writes one row and advances the window; every `spare` pushes the window is copied back
+    to the front of the buffer. `view` is the current window (a view into the buffer).
+    """
+
+    def __init__(self, n: int, k: int, f: int, device: torch.device, spare: int = 64) -> None:
+        self.k, self.pos = k, 0
+        self.buf = torch.zeros(n, k + max(spare, k), f, device=device)
+
+    @property
+    def view(self) -> Tensor:
+        return self.buf[:, self.pos : self.pos + self.k]
+
+    def push(self, *parts: Tensor) -> None:
+        """Append one row per car ([N, F], or pieces [N, F_i] that make it up), dropping the oldest."""
+        if self.pos + self.k == self.buf.shape[1]:  # no room left: restart at the front
+            self.buf[:, : self.k - 1] = self.buf[:, self.pos + 1 :]
+            self.pos = -1
+        row, col = self.buf[:, self.pos + self.k], 0
+        for x in parts:
+            row[:, col : col + x.shape[1]] = x
+            col += x.shape[1]
+        self.pos += 1
+
+    def fill(self, ids: Tensor, row: Tensor) -> None:
+        """Cars `ids` get `row` [M, F] at every position of their window."""
+        self.view[ids] = row[:, None].expand(-1, self.k, -1)
 
 
 def policy_to_command(a: Tensor) -> Tensor:
@@ -136,6 +175,7 @@ class DistilledEnv(VecEnv):
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(seed))
         self._hold_v, self._hold_u = self._hold_throttle_table()
+        self._hold_dv = float(self._hold_v[1] - self._hold_v[0])
         with torch.inference_mode():
             self._allocate()
             self.set_tracks(tracks)
@@ -144,8 +184,8 @@ class DistilledEnv(VecEnv):
     def _allocate(self) -> None:
         n, k, h, dev = self.num_envs, self.model.history, self.layout.history, self.device
         z = lambda *shape: torch.zeros(*shape, device=dev)  # noqa: E731
-        self.hs, self.ha = z(n, k, 4), z(n, k, 3)
-        self.hist = z(n, h + 1, 7)
+        self._hs, self._ha = _Window(n, k, 4, dev), _Window(n, k, 3, dev)
+        self._hist = _Window(n, h + 1, 7, dev)
         self.pose = z(n, 3)
         self.track_idx = torch.zeros(n, dtype=torch.long, device=dev)
         self.seg = torch.zeros(n, dtype=torch.long, device=dev)
@@ -163,6 +203,21 @@ class DistilledEnv(VecEnv):
         self._preview_d = torch.tensor(self.layout.preview_distances, device=dev)
         self._surface_d = torch.tensor(self.layout.surface_ahead, device=dev)
         self.obs = z(n, self.num_obs)
+
+    @property
+    def hs(self) -> Tensor:
+        """States [N, K, 4] the model sees, oldest first (a view, overwritten by later steps)."""
+        return self._hs.view
+
+    @property
+    def ha(self) -> Tensor:
+        """Commands [N, K, 3] that led into those states (a view, overwritten by later steps)."""
+        return self._ha.view
+
+    @property
+    def hist(self) -> Tensor:
+        """(state, command) [N, H + 1, 7] of the observation, oldest first (a view, as `hs`)."""
+        return self._hist.view
 
     @torch.no_grad()
     def _hold_throttle_table(self, v_max: float = 45.0, n_v: int = 46, n_u: int = 51) -> tuple[Tensor, Tensor]:
@@ -191,11 +246,10 @@ class DistilledEnv(VecEnv):
     def hold_throttle(self, v: Tensor) -> Tensor:
         """Interpolated steady-speed throttle for speeds v [M] (clamped to the grid)."""
         grid, table = self._hold_v, self._hold_u
-        dv = float(grid[1] - grid[0])
-        pos = (v / dv).clamp(0.0, len(grid) - 1.0)
+        pos = (v / self._hold_dv).clamp(0.0, len(grid) - 1.0)
         i = pos.floor().long().clamp(max=len(grid) - 2)
         f = pos - i
-        return table[i] * (1 - f) + table[i + 1] * f
+        return table.index_select(0, i) * (1 - f) + table.index_select(0, i + 1) * f
 
     @torch.inference_mode()
     def set_tracks(self, tracks: Sequence[Track] | TrackBatch, changed: Sequence[int] | None = None) -> Tensor:
@@ -222,10 +276,25 @@ class DistilledEnv(VecEnv):
         self.tracks = tb = tracks if isinstance(tracks, TrackBatch) else TrackBatch(list(tracks), ds=self.params.track_ds, device=self.device)
         spacing = tb.length / tb.count.to(tb.length.dtype)  # [B] point spacing after resampling
         offs = torch.round(self._preview_d[None, :] / spacing[:, None]).long()
-        self._preview_offs = torch.minimum(offs, tb.count[:, None] - 1)  # [B, P] points ahead
-        self._inv_len2 = 1.0 / tb.seg_len.square().clamp(min=1e-12)
+        self._preview_offs = offs = torch.minimum(offs, tb.count[:, None] - 1)  # [B, P] points ahead
+        # the preview reads tables continued around the lap: row base + segment, no wrap
+        extra = int(offs.max()) + 1
+        (self._ahead_xy, stride), (self._ahead_seg, _), (self._ahead_w, _) = (tb.extended(v, extra) for v in (tb.xy, tb.seg, tb.widths))
+        self._ahead_base = offs + stride * torch.arange(len(tb), device=self.device)[:, None]  # [B, P]
+        inv_len2 = 1.0 / tb.seg_len.square().clamp(min=1e-12)
         w = self.params.projection_window
-        self._window = torch.arange(-w, w + 1, device=self.device)
+        # the 2 w + 1 candidate segments around a hint, one table row per (track, hint)
+        ax, ay, vx, vy, _ = tb._seg_parts
+        local = torch.arange(tb.mmax, device=self.device).repeat(len(tb))  # point index within its track
+        self._win: list[Tensor] = []
+        for values in (ax, ay, vx, vy, inv_len2, local):
+            table, self._win_stride = tb.windows(values, w, 2 * w + 1)
+            self._win.append(table)
+        # what the projection reads about the chosen segment, in pairs (one gather each)
+        self._seg_s = torch.stack([tb.s_pts, tb.seg_len], dim=1)  # arc length at its start, its length
+        self._seg_h = torch.stack([tb.heading, tb.dheading], dim=1)  # heading, change to the next point
+        self._seg_wl = torch.stack([tb.w_left, tb.w_left_next], dim=1)  # width at both ends
+        self._seg_wr = torch.stack([tb.w_right, tb.w_right_next], dim=1)
         return tb
 
     # ------------------------------------------------------------------ VecEnv
@@ -272,8 +341,9 @@ class DistilledEnv(VecEnv):
         else:
             pol = a.clamp(-1.0, 1.0)
             cmd = policy_to_command(pol)
-        s0 = self.hs[:, -1]
-        s1 = self.model.step(self.hs, self.ha, cmd, self.mu if self.model.use_mu else None)
+        hs = self.hs
+        s0 = hs[:, -1]
+        s1 = self.model.step(hs, self.ha, cmd, self.mu if self.model.use_mu else None)
         invalid = ~torch.isfinite(s1).all(dim=1)
         invalid |= torch.hypot(s1[:, 0], s1[:, 1]) > p.max_speed
         invalid |= s1[:, 2].abs() > p.max_yaw_rate
@@ -281,37 +351,35 @@ class DistilledEnv(VecEnv):
         pose = integrate_pose(self.pose, s0, s1, self.dt)
         tb = self.tracks
         proj = self._project(pose[:, :2], self.track_idx, self.seg, pose[:, 2])
-        length = tb.length[self.track_idx]
-        ds = torch.remainder(proj.s - self.s + 0.5 * length, length) - 0.5 * length
-        ds = torch.where(invalid, torch.zeros_like(ds), ds)
+        length = tb.length.index_select(0, self.track_idx)
+        ds = remainder_near(proj.s - self.s + 0.5 * length, length) - 0.5 * length  # both s in [0, length]
+        ds = ds.masked_fill(invalid, 0.0)
         self.progress += ds
         margin = p.off_track_margin
         off = torch.where(proj.d >= 0, proj.d > proj.w_left + margin, -proj.d > proj.w_right + margin)
         backwards = (proj.heading_error.abs() > p.backwards_heading) | (self.progress < -p.backwards_distance)
         moved = self.progress - self.stall_ref >= p.stall_distance
         self.stall_ref = torch.where(moved, self.progress, self.stall_ref)
-        self.stall_steps = torch.where(moved, torch.zeros_like(self.stall_steps), self.stall_steps + 1)
-        stalled = (self.stall_steps >= self._stall_limit) & ~(off | backwards | invalid)
+        self.stall_steps = (self.stall_steps + 1).masked_fill_(moved, 0)
+        failed = off | backwards | invalid
+        stalled = (self.stall_steps >= self._stall_limit) & ~failed
         self.episode_length_buf += 1
-        terminated = off | backwards | invalid | stalled
+        terminated = failed | stalled
         time_out = (self.episode_length_buf >= self.max_episode_length) & ~terminated
         reward = rp.progress * ds - rp.action_rate * (pol - self.action_prev).square().sum(dim=1)
         reward = reward - rp.off_track * off.float() - rp.backwards * (backwards & ~off).float() - rp.stall * stalled.float()
-        reward = torch.where(invalid, torch.zeros_like(reward), reward)
+        reward = reward.masked_fill(invalid, 0.0)
         # advance the buffers
-        self.hs = torch.cat([self.hs[:, 1:], s1[:, None]], dim=1)
-        self.ha = torch.cat([self.ha[:, 1:], cmd[:, None]], dim=1)
-        self.hist = torch.cat([self.hist[:, 1:], torch.cat([s1, cmd], dim=1)[:, None]], dim=1)
+        self._hs.push(s1)
+        self._ha.push(cmd)
+        self._hist.push(s1, cmd)
         self.pose, self.seg, self.s, self.action_prev = pose, proj.segment, proj.s, pol
         self.seg_t = proj.t
-        self.mu = tb.friction_from_projection(self.track_idx, proj)
+        self.mu = tb.friction_sd(self.track_idx, proj.s, proj.d, on_lap=True)
         self.track_feats = torch.stack([proj.d, proj.heading_error, proj.w_left, proj.w_right], dim=1)
-        reason = torch.zeros_like(self.reason)
-        reason = torch.where(time_out, TIME_OUT, reason)
-        reason = torch.where(stalled, STALLED, reason)
-        reason = torch.where(backwards, BACKWARDS, reason)
-        reason = torch.where(off, OFF_TRACK, reason)
-        reason = torch.where(invalid, MODEL_INVALID, reason)
+        reason = time_out.long() * TIME_OUT  # later rules win
+        reason = reason.masked_fill_(stalled, STALLED).masked_fill_(backwards, BACKWARDS)
+        reason = reason.masked_fill_(off, OFF_TRACK).masked_fill_(invalid, MODEL_INVALID)
         self.reason = reason
         dones = terminated | time_out
         n_invalid = invalid.sum()
@@ -347,26 +415,28 @@ class DistilledEnv(VecEnv):
         rand = lambda: torch.rand(n, device=dev, generator=g)  # noqa: E731
         if track is None:
             track = torch.randint(0, len(tb), (n,), device=dev, generator=g)
-        length = tb.length[track]
+        length = tb.length.index_select(0, track)
         s0 = rand() * length if s0 is None else s0
-        wl, wr = tb.width_at(track, s0)
+        at = tb._locate(track, s0)  # (point, fraction) of s0, for the widths and the pose
         if d0 is None:
+            wl, wr = tb.width_at_located(*at)
             side = 2.0 * rand() - 1.0
             d0 = p.init_lateral * torch.where(side >= 0, side * wl, side * wr)
         heading = (2.0 * rand() - 1.0) * p.init_heading if heading is None else heading
         speed = p.init_speed_min + (p.init_speed_max - p.init_speed_min) * rand() if speed is None else speed
-        x, y, h = tb.pose_at(track, s0, d0)
+        x, y, h = tb.pose_at_located(*at, d0)
         yaw = h + heading
         zero = torch.zeros_like(speed)
         state = torch.stack([speed, zero, zero, zero], dim=1)
         thr = self.hold_throttle(speed)
         cmd = torch.stack([zero, thr, zero], dim=1)
-        self.hs[ids] = state[:, None].expand(-1, self.model.history, -1)
-        self.ha[ids] = cmd[:, None].expand(-1, self.model.history, -1)
-        self.hist[ids] = torch.cat([state, cmd], dim=1)[:, None].expand(-1, self.layout.history + 1, -1)
+        self._hs.fill(ids, state)
+        self._ha.fill(ids, cmd)
+        self._hist.fill(ids, torch.cat([state, cmd], dim=1))
         pose = torch.stack([x, y, yaw], dim=1)
         self.pose[ids] = pose
-        hint = torch.minimum((s0 * tb.count[track] / length).long(), tb.count[track] - 1)
+        count = tb.count.index_select(0, track)
+        hint = torch.minimum((s0 * count / length).long(), count - 1)
         proj = self._project(pose[:, :2], track, hint, yaw)
         self.track_idx[ids] = track
         self.seg[ids] = proj.segment
@@ -377,75 +447,59 @@ class DistilledEnv(VecEnv):
         self.stall_steps[ids] = 0
         self.episode_length_buf[ids] = 0
         self.action_prev[ids] = torch.stack([zero, thr], dim=1)
-        self.mu[ids] = tb.friction_from_projection(track, proj)
+        self.mu[ids] = tb.friction_sd(track, proj.s, proj.d, on_lap=True)
         self.track_feats[ids] = torch.stack([proj.d, proj.heading_error, proj.w_left, proj.w_right], dim=1)
 
     def _project(self, xy: Tensor, track: Tensor, hint: Tensor, yaw: Tensor) -> _Projection:
         """Hinted projection onto each car's track: the 2 w + 1 segments around `hint`.
 
-        Same maths as TrackBatch.project(..., hint, window) (checked in the tests), written with
-        index_select gathers, which are several times faster than advanced indexing on CPU.
+        Same maths as TrackBatch.project(..., hint, window) (checked in the tests): each car's
+        candidates are one row of the sliding-window tables (`_load_tracks`), and everything
+        about the chosen segment is a 1-D gather (index_select: several times faster than
+        advanced indexing on CPU).
         """
-        tb, n = self.tracks, xy.shape[0]
-        cnt = tb.count.index_select(0, track)[:, None]
-        base = (track * tb.mmax)[:, None]
-        local = hint[:, None] + self._window[None, :]
-        local = torch.where(local < 0, local + cnt, local)
-        local = torch.where(local >= cnt, local - cnt, local)
-        cand = (local + base).reshape(-1)
-        a = tb.xy.index_select(0, cand).view(n, -1, 2)
-        v = tb.seg.index_select(0, cand).view(n, -1, 2)
-        inv = self._inv_len2.index_select(0, cand).view(n, -1)
-        r = xy[:, None, :] - a
-        t = ((r * v).sum(dim=-1) * inv).clamp(0.0, 1.0)
-        e = r - t[..., None] * v
-        k = (e * e).sum(dim=-1).argmin(dim=1, keepdim=True)
-        seg = local.gather(1, k)[:, 0]
-        t = t.gather(1, k)[:, 0]
-        flat = base[:, 0] + seg
-        nxt_local = seg + 1
-        nxt = base[:, 0] + torch.where(nxt_local >= cnt[:, 0], torch.zeros_like(nxt_local), nxt_local)
-        v = tb.seg.index_select(0, flat)
-        rel = xy - (tb.xy.index_select(0, flat) + t[:, None] * v)
+        tb = self.tracks
+        rows = track * self._win_stride + hint
+        ax, ay, vx, vy, inv, local = (table.index_select(0, rows) for table in self._win)  # [N, 2 w + 1] each
+        rx, ry = xy[:, :1] - ax, xy[:, 1:] - ay
+        t = ((rx * vx + ry * vy) * inv).clamp(0.0, 1.0)
+        ex, ey = rx - t * vx, ry - t * vy
+        k = (ex * ex + ey * ey).argmin(dim=1, keepdim=True)  # [N, 1] nearest candidate
+        t, seg = t.gather(1, k)[:, 0], local.gather(1, k)[:, 0]
+        flat = track * tb.mmax + seg
+        v = gather_rows(tb.seg, flat)  # [N, 2]
+        rel = xy - (gather_rows(tb.xy, flat) + t[:, None] * v)
         cross = v[:, 0] * rel[:, 1] - v[:, 1] * rel[:, 0]
         d = torch.where(cross >= 0, 1.0, -1.0) * rel.norm(dim=-1)
-        s = torch.remainder(tb.s_pts.index_select(0, flat) + t * tb.seg_len.index_select(0, flat), tb.length.index_select(0, track))
-        h0 = tb.heading.index_select(0, flat)
-        heading = _wrap(h0 + t * _wrap(tb.heading.index_select(0, nxt) - h0))
-        wl = torch.lerp(tb.w_left.index_select(0, flat), tb.w_left.index_select(0, nxt), t)
-        wr = torch.lerp(tb.w_right.index_select(0, flat), tb.w_right.index_select(0, nxt), t)
+        s0, h0, wl, wr = (gather_rows(table, flat) for table in (self._seg_s, self._seg_h, self._seg_wl, self._seg_wr))
+        s = remainder_near(s0[:, 0] + t * s0[:, 1], tb.length.index_select(0, track))  # in [0, 2 length)
+        heading = _wrap_near(h0[:, 0] + t * h0[:, 1])  # |.| <= 2 pi
+        wl, wr = torch.lerp(wl[:, 0], wl[:, 1], t), torch.lerp(wr[:, 0], wr[:, 1], t)
         return _Projection(s, d, heading, _wrap(yaw - heading), wl, wr, seg, t)
 
-    def _preview(self) -> tuple[Tensor, Tensor, Tensor]:
-        """Centerline points [N, P, 2] and widths [N, P] at the preview distances ahead.
+    def _preview(self) -> tuple[Tensor, Tensor]:
+        """Centerline points [N, P, 2] and (w_left, w_right) [N, P, 2] at the preview distances ahead.
 
         The tracks are resampled to uniform spacing, so a preview point is a fixed number of
         points ahead of the car's projection segment (precomputed per track), shifted by the
-        car's fraction along its segment: a few gathers instead of P arc-length searches.
+        car's fraction along its segment: three gathers instead of P arc-length searches.
         """
-        tb, n = self.tracks, self.num_envs
-        cnt = tb.count.index_select(0, self.track_idx)[:, None]
-        idx = self.seg[:, None] + self._preview_offs.index_select(0, self.track_idx)
-        idx = torch.where(idx >= cnt, idx - cnt, idx)
-        flat = (idx + (self.track_idx * tb.mmax)[:, None]).reshape(-1)
-        t = self.seg_t[:, None].expand(-1, idx.shape[1]).reshape(-1, 1)
-        xy = tb.xy.index_select(0, flat) + t * tb.seg.index_select(0, flat)
-        wl = tb.w_left.index_select(0, flat).view(n, -1)
-        wr = tb.w_right.index_select(0, flat).view(n, -1)
-        return xy.view(n, -1, 2), wl, wr
+        n = self.num_envs
+        flat = (self.seg[:, None] + self._ahead_base.index_select(0, self.track_idx)).view(-1)  # [N * P]
+        xy = gather_rows(self._ahead_xy, flat).view(n, -1, 2)
+        xy = xy + self.seg_t[:, None, None] * gather_rows(self._ahead_seg, flat).view(n, -1, 2)
+        return xy, gather_rows(self._ahead_w, flat).view(n, -1, 2)
 
     def _compute_obs(self) -> Tensor:
         tb = self.tracks
-        ahead_xy, ahead_wl, ahead_wr = self._preview()
+        ahead_xy, ahead_w = self._preview()
         body = to_body(ahead_xy, self.pose)
         surface = None
         if self.layout.surface_label:
-            q = self._surface_d.numel()
-            sq = (self.s[:, None] + self._surface_d).reshape(-1)
-            dq = self.track_feats[:, 0:1].expand(-1, q).reshape(-1)
-            mu_ahead = tb.friction_from_projection(self.track_idx.repeat_interleave(q), _SD(sq, dq)).view(-1, q)  # type: ignore[arg-type]
+            sq = self.s[:, None] + self._surface_d  # [N, Q] at the car's lateral offset
+            mu_ahead = tb.friction_sd(self.track_idx, sq, self.track_feats[:, 0:1])
             surface = torch.cat([self.mu[:, None], mu_ahead], dim=1)
-        return assemble(self.hist, self.track_feats, body, ahead_wl, ahead_wr, surface)
+        return assemble_paired(self.hist, self.track_feats, body, ahead_w, surface)
 
     # ------------------------------------------------------------------ reporting
     @property
@@ -483,7 +537,7 @@ class ObservationBuilder(DistilledEnv):
         self.num_obs = self.layout.dim
         n, dev = self.num_envs, self.device
         with torch.inference_mode():
-            self.hist = torch.zeros(n, self.layout.history + 1, 7, device=dev)
+            self._hist = _Window(n, self.layout.history + 1, 7, dev)
             self.pose = torch.zeros(n, 3, device=dev)
             self.track_idx = torch.zeros(n, dtype=torch.long, device=dev)
             self.seg = torch.zeros(n, dtype=torch.long, device=dev)
@@ -496,7 +550,7 @@ class ObservationBuilder(DistilledEnv):
 
     def _update(self, pose: Tensor, proj: _Projection) -> None:
         self.pose, self.seg, self.seg_t, self.s = pose, proj.segment, proj.t, proj.s
-        self.mu = self.tracks.friction_from_projection(self.track_idx, proj)
+        self.mu = self.tracks.friction_sd(self.track_idx, proj.s, proj.d, on_lap=True)
         self.track_feats = torch.stack([proj.d, proj.heading_error, proj.w_left, proj.w_right], dim=1)
 
     @torch.inference_mode()
@@ -509,7 +563,7 @@ class ObservationBuilder(DistilledEnv):
         proj = self._project(pose[:, :2], self.track_idx, full.segment, pose[:, 2])
         self._update(pose, proj)
         self.progress = torch.zeros(self.num_envs, device=dev)
-        self.hist = torch.cat([state, command], dim=1)[:, None].expand(-1, self.layout.history + 1, -1).clone()
+        self._hist.fill(torch.arange(self.num_envs, device=dev), torch.cat([state, command], dim=1))
         return self._compute_obs()
 
     @torch.inference_mode()
@@ -518,10 +572,10 @@ class ObservationBuilder(DistilledEnv):
         dev = self.device
         pose, state, command = (torch.as_tensor(x, dtype=torch.float32, device=dev).reshape(self.num_envs, -1) for x in (pose, state, command))
         proj = self._project(pose[:, :2], self.track_idx, self.seg, pose[:, 2])
-        length = self.tracks.length[self.track_idx]
+        length = self.tracks.length.index_select(0, self.track_idx)
         self.progress = self.progress + torch.remainder(proj.s - self.s + 0.5 * length, length) - 0.5 * length
         self._update(pose, proj)
-        self.hist = torch.cat([self.hist[:, 1:], torch.cat([state, command], dim=1)[:, None]], dim=1)
+        self._hist.push(state, command)
         return self._compute_obs()
 
     def on_track(self, margin: float | None = None) -> Tensor:

@@ -123,9 +123,16 @@ def load_exported(folder: str | Path, device: str | torch.device = "cpu") -> tup
     return module.eval(), meta
 
 
+def load_deployed(folder: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Any]]:
+    """The deployable policy rebuilt from policy.safetensors + policy.json: plain weights, so no
+    code from the file runs (TorchScript, like pickle, would); the module equals policy.ts."""
+    actor, meta = load_actor(folder, device)
+    return deployable(actor).to(device), meta
+
+
 def load_policy_fn(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Callable[[Tensor], Tensor], dict[str, Any]]:
-    """A ready obs -> command callable from policies/<family>/ (fresh recurrent state)."""
-    module, meta = load_exported(folder, device)
+    """A ready obs -> command callable from policies/<name>/ (fresh recurrent state)."""
+    module, meta = load_deployed(folder, device)
     return as_callable(module, meta["policy"]["recurrent"]), meta
 
 

@@ -109,12 +109,17 @@ def obs_layout(params: EnvParams) -> ObsLayout:
     )
 
 
+def interleave(a: Tensor, b: Tensor) -> Tensor:
+    """[..., K] x 2 -> [..., K, 2] (a, b pairs): torch.stack(dim=-1), ~8x faster on CPU."""
+    return torch.view_as_real(torch.complex(a, b))
+
+
 def to_body(points: Tensor, pose: Tensor) -> Tensor:
     """World points [N, K, 2] into the body frame of poses [N, 3] (x forward, y left)."""
     c, s = torch.cos(pose[:, 2:3]), torch.sin(pose[:, 2:3])
     dx = points[..., 0] - pose[:, 0:1]
     dy = points[..., 1] - pose[:, 1:2]
-    return torch.stack([c * dx + s * dy, -s * dx + c * dy], dim=-1)
+    return interleave(c * dx + s * dy, -s * dx + c * dy)
 
 
 def assemble(
@@ -130,10 +135,15 @@ def assemble(
     step_history [N, H + 1, 7] oldest first, last row = (state, command) now;
     track_feats [N, 4]; preview_body [N, P, 2]; preview_wl/wr [N, P]; surface [N, 1 + Q] or None.
     """
-    n = step_history.shape[0]
-    now = step_history[:, -1]  # (state, command) at t
-    past = step_history[:, :-1].flip(1).reshape(n, -1)  # t-1, t-2, ... most recent first
-    parts = [now, past, track_feats, preview_body.reshape(n, -1), torch.stack([preview_wl, preview_wr], dim=2).reshape(n, -1)]
+    return assemble_paired(step_history, track_feats, preview_body, interleave(preview_wl, preview_wr), surface)
+
+
+def assemble_paired(step_history: Tensor, track_feats: Tensor, preview_body: Tensor, preview_widths: Tensor, surface: Tensor | None) -> Tensor:
+    """`assemble` with the widths already paired: preview_widths [N, P, 2] = (w_left, w_right)."""
+    n, h1 = step_history.shape[:2]
+    newest_first = torch.arange(h1 - 1, -1, -1, device=step_history.device)
+    steps = step_history.index_select(1, newest_first).reshape(n, -1)  # (state, command) at t, then t-1, t-2, ...
+    parts = [steps, track_feats, preview_body.reshape(n, -1), preview_widths.reshape(n, -1)]
     if surface is not None:
         parts.append(surface)
     return torch.cat(parts, dim=1)

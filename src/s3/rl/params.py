@@ -7,9 +7,9 @@ four families under the 20-minute goal. Every field is bounded; unknown keys are
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from s3.tracks.generate import ProceduralTrackParams
 
@@ -148,6 +148,30 @@ class PPOParams(_Section):
         return self
 
 
+class DirectParams(_Section):
+    """The `direct` baseline: PPO run on the source simulator itself, for a matched wall-clock budget.
+
+    The cars are stepped in worker processes; every other setting (reward, observation, PPO,
+    track generator, validation tracks) is the distilled training's.
+    """
+
+    budget_s: float = Field(
+        600.0,
+        gt=0.0,
+        le=10**6,
+        description="wall-clock budget of the whole run (worker start, PPO, validation, export): about one "
+        "family's measured distill + train wall time on a 2-core machine (dytr: ~320 s distill + ~260 s train)",
+    )
+    workers: int = Field(0, ge=0, le=256, description="simulator worker processes (0 = one per core)")
+    num_envs: int = Field(32, ge=1, le=4096, description="source-simulator cars stepped together (about 1000 control steps/s per core)")
+    num_steps_per_env: int = Field(32, ge=2, le=1024, description="PPO rollout length per car (replaces ppo.num_steps_per_env)")
+    chunk_iterations: int = Field(25, ge=1, le=100000, description="PPO iterations between validations")
+    pool_size: int = Field(16, ge=1, le=1024, description="training tracks at once (each worker keeps a friction raster per track, ~5-15 MB)")
+    validation: bool = Field(True, description="keep the best checkpoint by source-simulator validation (else the last one)")
+    validation_seconds: float = Field(20.0, gt=0.0, le=3600.0, description="cap on each validation episode (s of driving; laps also end at validation_min_speed)")
+    worker_timeout_s: float = Field(300.0, gt=0.0, le=86400.0, description="a worker silent this long is declared hung")
+
+
 class TrainParams(_Section):
     """Everything the train stage needs besides the dynamics model."""
 
@@ -163,4 +187,43 @@ class TrainParams(_Section):
     env: EnvParams = EnvParams()
     tracks: TrackPoolParams = TrackPoolParams()
     ppo: PPOParams = PPOParams()
+    direct: DirectParams = DirectParams()
     progress_bar: bool = True
+    oracle_family: Literal["bicycle", "ddm", "transformer", "dytr"] = Field(
+        "dytr", description="distilled model the `oracle` policy (surface label observed) trains in; fixed in advance, never chosen from evaluation results"
+    )
+    per_policy: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="overrides of the keys above for one policy (a family, oracle or direct), e.g. {ddm: {max_minutes: 6}}: "
+        "dvc.yaml tracks each policy's entry only in that policy's stages",
+    )
+
+    @model_validator(mode="after")
+    def _check_per_policy(self) -> TrainParams:
+        for name, over in self.per_policy.items():
+            if name not in POLICY_NAMES:
+                raise ValueError(f"per_policy.{name}: not one of {', '.join(POLICY_NAMES)}")
+            try:
+                self.for_policy(name)
+            except ValidationError as e:
+                first = e.errors()[0]
+                raise ValueError(f"per_policy.{name}.{'.'.join(str(k) for k in first['loc'])}: {first['msg']}") from None
+        return self
+
+    def for_policy(self, name: str) -> TrainParams:
+        """These params with `per_policy[name]` merged in (the oracle always observes the surface)."""
+        tree = _merge(self.model_dump(exclude={"per_policy"}), self.per_policy.get(name, {}))
+        if name == "oracle":
+            tree["env"]["surface_label"] = True
+        return TrainParams.model_validate(tree)
+
+
+POLICY_NAMES = ("bicycle", "ddm", "transformer", "dytr", "oracle", "direct")
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `over`'s keys replaced, recursing into sections present in both."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

@@ -17,11 +17,24 @@ turning around or running out of time at `validation_min_speed`; ties go to the 
 replace part of the training-track pool (every car restarts); stop at max_env_steps or
 max_minutes. At the end the kept checkpoint is saved and exported, and, for information only, it
 drives one lap of the built-in road course (nominal) inside the same distilled env.
+
+Crashes. After every chunk the runner state (actor, critic, optimizer, iteration, best-so-far,
+history, how often the track pool was refreshed, RNG states) is written atomically to
+<out_dir>/.resume/<family>.pt (beside the policy folder, not in it: `dvc repro` deletes a stage's
+outputs before running it): tensors and plain types only, read back with
+`torch.load(weights_only=True)`. A re-run with the same params and the same dynamics model (a
+fingerprint of both is stored) resumes at that iteration; anything else starts fresh and says
+why. The resumed run replays the pool refreshes, so it trains on the same tracks, but its cars
+restart and their random stream continues from the saved state: the result is a valid run, not
+bit-identical to an uninterrupted one. The file is removed once the policy is written.
+A non-finite PPO loss (or weights) stops training with a TrainError naming the iteration; the
+last good state stays in resume.pt.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import sys
 import tempfile
@@ -35,7 +48,7 @@ import torch
 
 from s3 import __version__
 from s3.dynamics.base import DynamicsModel
-from s3.io import json_safe, write_json_atomic
+from s3.io import atomic_path, json_safe, write_json_atomic
 from s3.rl import mlflow_logger as ml
 from s3.rl.env import DistilledEnv, resolve_device
 from s3.rl.export import as_callable, deployable, save_policy
@@ -46,10 +59,79 @@ from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid
 from s3.tracks.road_course import road_course
 
 WRITER = "s3.rl.mlflow_logger:MLflowLogWriter"
+RESUME_FORMAT = "s3-train-resume-1"
 
 
 class TrainError(RuntimeError):
     """The train stage cannot run (e.g. no distilled model); one line naming the file."""
+
+
+class NonFiniteUpdate(RuntimeError):
+    """A PPO update produced a non-finite loss or weights (raised from inside rsl_rl's learn)."""
+
+    def __init__(self, iteration: int, what: str) -> None:
+        super().__init__(f"non-finite PPO {what} at iteration {iteration}")
+        self.iteration, self.what = iteration, what
+
+
+def _guard_updates(runner: Any, first_iteration: int) -> None:
+    """Make every PPO update check its losses and the new weights; stop at the first non-finite one."""
+    update = runner.alg.update
+    count = {"n": 0}
+
+    def checked() -> dict[str, Any]:
+        losses = update()
+        it = first_iteration + count["n"]
+        count["n"] += 1
+        bad = sorted(k for k, v in losses.items() if v is not None and not math.isfinite(float(v)))
+        if bad:
+            raise NonFiniteUpdate(it, f"loss ({', '.join(bad)})")
+        for name in ("actor", "critic"):
+            if not all(bool(torch.isfinite(p).all()) for p in getattr(runner.alg, name).parameters()):
+                raise NonFiniteUpdate(it, f"loss ({name} weights became non-finite)")
+        return losses
+
+    runner.alg.update = checked
+
+
+def resume_fingerprint(params: TrainParams, family: str, model: DynamicsModel) -> str:
+    """What a resumed run must share with the killed one: params, family, dynamics model, s3 version."""
+    h = hashlib.sha256()
+    blob = {"params": params.model_dump(mode="json", exclude={"progress_bar"}), "family": family, "s3": __version__}
+    h.update(json.dumps(blob, sort_keys=True).encode())
+    for k, v in sorted(model.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def resume_path(folder: str | Path) -> Path:
+    """Where training into `folder` keeps its resume state: beside it, so that DVC leaves it alone."""
+    folder = Path(folder)
+    return folder.parent / ".resume" / f"{folder.name}.pt"
+
+
+def _save_resume(path: Path, state: dict[str, Any]) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def load_resume(path: Path, fingerprint: str, device: torch.device, say: Callable[[str], None]) -> dict[str, Any] | None:
+    """The saved runner state if it belongs to this run (weights_only: no code from the file runs)."""
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file means: start fresh
+        say(f"train: {path}: unreadable ({type(e).__name__}); starting fresh")
+        return None
+    if not isinstance(state, dict) or state.get("format") != RESUME_FORMAT:
+        say(f"train: {path}: not an s3 resume file; starting fresh")
+        return None
+    if state.get("fingerprint") != fingerprint:
+        say(f"train: {path}: saved with other params or another dynamics model; starting fresh")
+        return None
+    return state
 
 
 def validate(actor: torch.nn.Module, model: DynamicsModel, tracks: list, params: TrainParams, device: torch.device) -> dict[str, Any]:
@@ -140,14 +222,33 @@ def _train(
     max_it = max(1, math.ceil(params.max_env_steps / steps_per_it))
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {"score": -math.inf}
+    resume_file = resume_path(folder)
+    fingerprint = resume_fingerprint(params, family, model)
+    saved = load_resume(resume_file, fingerprint, device, say)
     with tempfile.TemporaryDirectory(prefix="s3-rsl-") as log_dir:
         runner = make_runner(env, params.ppo, device, log_dir=log_dir, logger=logger_cfg)
-        done_it, t_ppo = 0, 0.0
+        done_it, t_ppo, refreshes = 0, 0.0, 0
+        resumed_from: int | None = None
+        if saved is not None:
+            done_it, t_ppo, refreshes, history, best = _restore(saved, runner, env, pool)
+            resumed_from = done_it
+            t_start -= float(saved["wall_s"])  # max_minutes and the reported wall time span both runs
+            ml.log_metrics(client, run_id, {"train/resumed_from_iteration": done_it}, step=max(done_it - 1, 0))
+            say(f"train {family}: resuming from {resume_file} at iteration {done_it}/{max_it}")
+        _guard_updates(runner, done_it)
         while done_it < max_it:
             n_it = min(params.chunk_iterations, max_it - done_it)
             t0 = time.perf_counter()
-            with quiet():
-                runner.learn(n_it)
+            try:
+                with quiet():
+                    runner.learn(n_it)
+            except NonFiniteUpdate as e:
+                kept = (
+                    f"kept the last good state in {resume_file} (iteration {done_it})"
+                    if resume_file.exists()
+                    else "no good state had been saved yet"
+                )
+                raise TrainError(f"{folder}: {e}; training stopped, {kept}") from None
             t_ppo += time.perf_counter() - t0
             done_it += n_it
             val = validate(runner.alg.get_policy(), model, val_tracks, params, device)
@@ -176,12 +277,15 @@ def _train(
                 break
             if done_it < max_it and params.tracks.refresh_fraction > 0:
                 changed = pool.refresh()
+                refreshes += 1
                 restarted = env.set_tracks(pool.tracks, changed)  # cars on replaced tracks restart
                 with torch.inference_mode():  # the recurrent states were made in rsl_rl's rollout
                     runner.alg.actor.reset(restarted)
                     runner.alg.critic.reset(restarted)
                     runner.logger.cur_reward_sum[restarted] = 0.0
                     runner.logger.cur_episode_length[restarted] = 0.0
+            wall_s = time.perf_counter() - t_start
+            _save_resume(resume_file, _resume_state(fingerprint, runner, env, done_it, t_ppo, wall_s, refreshes, history, best))
         actor, critic = runner.alg.get_policy(), runner.alg.critic
         actor.load_state_dict(best["actor"])
         critic.load_state_dict(best["critic"])
@@ -237,6 +341,7 @@ def _train(
                 "ppo_steps_per_s": round(env_steps / max(t_ppo, 1e-9)),
                 "invalid_model_steps": env.invalid_model_steps,
                 "episodes": int(env.episode_count),
+                "resumed_from_iteration": resumed_from,
                 "device": str(device),
                 "torch_threads": torch.get_num_threads(),
             },
@@ -246,6 +351,11 @@ def _train(
         }
         meta = json_safe(meta)
         save_policy(folder, actor, critic, meta)
+        resume_file.unlink(missing_ok=True)  # the policy is written: nothing left to resume
+        try:
+            resume_file.parent.rmdir()
+        except OSError:  # other policies still have theirs
+            pass
 
     if plot_path is not None:
         from s3.viz.train_plots import plot_learning_curve
@@ -272,6 +382,50 @@ def _train(
                 say(f"train {family}: could not log artifact {f.name} to MLflow ({e})")
     say(f"train {family}: kept iteration {best['iteration']} (val {best['score']:.3f}); road course nominal: {road['reason']} {road['lap_time_s']} s; {wall:.0f} s -> {folder}")
     return {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
+
+
+def _resume_state(fingerprint: str, runner: Any, env: DistilledEnv, done_it: int, t_ppo: float, wall_s: float,
+                  refreshes: int, history: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """Everything a killed run needs to go on: tensors and plain types only (weights_only-loadable)."""
+    return {
+        "format": RESUME_FORMAT,
+        "fingerprint": fingerprint,
+        "done_it": done_it,
+        "t_ppo": t_ppo,
+        "wall_s": wall_s,
+        "refreshes": refreshes,
+        "current_learning_iteration": int(runner.current_learning_iteration),
+        "runner": runner.alg.save(),
+        "history": json.dumps(json_safe(history)),
+        "best": {
+            "score": float(best["score"]),
+            "iteration": int(best["iteration"]),
+            "env_steps": int(best["env_steps"]),
+            "summary": json.dumps(json_safe(best["summary"])),
+            "actor": best["actor"],
+            "critic": best["critic"],
+        },
+        "torch_rng": torch.get_rng_state(),
+        "env_rng": env.generator.get_state(),
+        "env_counts": {"invalid": int(env.invalid_count), "episodes": int(env.episode_count)},
+    }
+
+
+def _restore(state: dict[str, Any], runner: Any, env: DistilledEnv, pool: TrackPool) -> tuple[int, float, int, list[dict[str, Any]], dict[str, Any]]:
+    """Put a saved runner state back: weights, optimizer, iteration, track pool, RNG, counters."""
+    runner.alg.load(state["runner"], None, strict=True)
+    runner.current_learning_iteration = int(state["current_learning_iteration"])
+    for _ in range(int(state["refreshes"])):  # the pool is a pure function of its seed and refresh count
+        pool.refresh()
+    torch.set_rng_state(state["torch_rng"].cpu())
+    env.generator.set_state(state["env_rng"].cpu())  # generator states are CPU byte tensors, whatever the device
+    env.set_tracks(pool.tracks)  # every car restarts on the pool as it was at the save
+    with torch.inference_mode():  # the env's counters are inference tensors once it has stepped
+        env.invalid_count.fill_(int(state["env_counts"]["invalid"]))
+        env.episode_count.fill_(int(state["env_counts"]["episodes"]))
+    b = state["best"]
+    best = {"score": b["score"], "iteration": b["iteration"], "env_steps": b["env_steps"], "summary": json.loads(b["summary"]), "actor": b["actor"], "critic": b["critic"]}
+    return int(state["done_it"]), float(state["t_ppo"]), int(state["refreshes"]), json.loads(state["history"]), best
 
 
 def train(

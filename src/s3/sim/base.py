@@ -61,6 +61,14 @@ class SimulatorError(RuntimeError):
     """The simulator failed (exploded, lost its connection); the episode cannot continue."""
 
 
+class SimulatorLost(SimulatorError):
+    """The connection to the simulator failed (refused, closed, timed out, garbled).
+
+    Unlike a physics failure, which repeats deterministically, this may clear up with a fresh
+    connection: callers retry the episode (with backoff) before giving it up as lost.
+    """
+
+
 @runtime_checkable
 class SourceSim(Protocol):
     """A slow, high-fidelity, non-batched vehicle simulator."""

@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from s3.sim.base import Control, SimulatorError, VehicleState
+from s3.sim.base import Control, SimulatorError, SimulatorLost, VehicleState
 from s3.sim.beamng_params import BeamngParams
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ class BeamngSim:
         try:
             bng.open(launch=p.bng_home is not None)
         except Exception as e:  # noqa: BLE001 - beamngpy raises several unrelated types here
-            raise SimulatorError(
+            raise SimulatorLost(
                 f"cannot reach BeamNG.tech at {p.host}:{p.port} ({type(e).__name__}: {e}); start it with its "
                 f"research port open (BeamNG.tech -tcom -tport {p.port}) or set sim.beamng.bng_home"
             ) from None
@@ -263,7 +263,7 @@ class BeamngSim:
             raise
         except Exception as e:  # noqa: BLE001 - any client/socket failure ends the episode
             self._drop()
-            raise SimulatorError(f"BeamNG reset failed: {type(e).__name__}: {e}") from None
+            raise SimulatorLost(f"BeamNG reset failed: {type(e).__name__}: {e}") from None
 
     def step(self, control: Control) -> VehicleState:
         """Hold `control` for one control period of deterministic steps; return the new state."""
@@ -282,7 +282,7 @@ class BeamngSim:
             raise
         except Exception as e:  # noqa: BLE001
             self._drop()
-            raise SimulatorError(f"BeamNG step failed: {type(e).__name__}: {e}") from None
+            raise SimulatorLost(f"BeamNG step failed: {type(e).__name__}: {e}") from None
 
     def close(self) -> None:
         """Restore the ground model, disconnect; BeamNG.tech keeps running (quit_on_close=False)."""

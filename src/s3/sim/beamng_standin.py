@@ -25,8 +25,14 @@ mu = car default_mu * static friction / original static friction. GE Lua is acce
 exact form of `s3.sim.beamng.FRICTION_LUA`. `SetVelocity(v, dt)` ramps the forward speed linearly
 to v over dt seconds (BeamNG applies forces; the ramp is the stand-in's model of it).
 
+Fault injection (for reliability tests): `drop_after_steps=K` hangs up every open socket, without
+replying, when the K-th `Step` request since start arrives, `drops` times in all (K more `Step`s
+apart); the listening sockets stay open, so a client can reconnect and start over, as with a
+BeamNG.tech that was restarted. `dropped` counts the hang-ups.
+
 Start it from tests as a context manager (`with BeamngStandin() as s: s.port`) or from a shell:
-`python -m s3.sim.beamng_standin --port 25252`.
+`python -m s3.sim.beamng_standin --port 25252 [--drop-after-steps K [--drops N]]`. It binds
+127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
@@ -206,8 +212,16 @@ class BeamngStandin:
         car_params: MujocoCarParams | None = None,
         surface: str = "ASPHALT",
         protocol_version: str = PROTOCOL_VERSION,
+        drop_after_steps: int | None = None,
+        drops: int = 1,
     ) -> None:
+        if drop_after_steps is not None and drop_after_steps < 1:
+            raise ValueError(f"drop_after_steps must be >= 1, got {drop_after_steps}")
         self.host = host
+        self.drop_after_steps = drop_after_steps
+        self._drops_left = drops if drop_after_steps is not None else 0
+        self._steps_to_drop = drop_after_steps or 0
+        self.dropped = 0
         self._want_port = port
         self.car_params = car_params or MujocoCarParams()
         self.protocol_version = protocol_version
@@ -304,7 +318,8 @@ class BeamngStandin:
             except OSError:
                 return
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            lst.conns.append(conn)
+            with self._lock:
+                lst.conns.append(conn)
             threading.Thread(
                 target=self._serve, args=(conn, _Session(kind, vid=vid)), daemon=True, name=f"bng-{kind}-conn"
             ).start()
@@ -340,6 +355,9 @@ class BeamngStandin:
         rid, kind = msg["_id"], msg["type"]
         with self._lock:
             self.received.append(kind)
+            if kind == "Step" and self._drop_due():
+                self._hang_up()
+                return None, True
         if rid != sess.next_id:
             self.errors.append(f"{kind}: _id {rid}, expected {sess.next_id}")
             return {"_id": rid, "bngError": f"request id {rid} out of sequence (expected {sess.next_id})"}, True
@@ -372,6 +390,31 @@ class BeamngStandin:
         reply["_id"] = rid
         close = bool(reply.pop("_close", False))
         return reply, close
+
+    def _drop_due(self) -> bool:
+        """Count a Step request; True when the injected connection drop is due now."""
+        if self._drops_left <= 0:
+            return False
+        self._steps_to_drop -= 1
+        if self._steps_to_drop > 0:
+            return False
+        self._drops_left -= 1
+        self._steps_to_drop = self.drop_after_steps or 0
+        self.dropped += 1
+        return True
+
+    def _hang_up(self) -> None:
+        """Close every accepted connection (main and vehicle), as a crashed simulator would."""
+        for lst in [self._main, *self._vehicle_listeners.values()]:
+            if lst is None:
+                continue
+            for c in list(lst.conns):
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                c.close()
+            lst.conns.clear()
 
     # -- handlers ---------------------------------------------------------------------------
     def _main_handlers(self) -> dict[str, Callable[[dict[str, Any], _Session], dict[str, Any] | None]]:
@@ -680,8 +723,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="BeamNG.tech protocol stand-in backed by s3's MuJoCo car")
     ap.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     ap.add_argument("--port", type=int, default=25252, help="research port to listen on (0 = any free port)")
+    ap.add_argument("--drop-after-steps", type=int, default=None, metavar="K", help="fault injection: hang up at the K-th Step request")
+    ap.add_argument("--drops", type=int, default=1, metavar="N", help="how many times to hang up (every K Step requests)")
     args = ap.parse_args(argv)
-    server = BeamngStandin(args.host, args.port).start()
+    server = BeamngStandin(args.host, args.port, drop_after_steps=args.drop_after_steps, drops=args.drops).start()
     signal.signal(signal.SIGTERM, lambda *_: server._stop.set())
     print(f"BeamNG stand-in listening on {args.host}:{server.port} (protocol {server.protocol_version})", flush=True)
     try:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from s3.io import atomic_path
 from s3.tracks.track import FrictionPatch, Track, TrackError
 
 COLUMNS = ("x_m", "y_m", "w_tr_right_m", "w_tr_left_m")
@@ -99,15 +99,8 @@ def _column_order(header: str, where: str, lineno: int) -> list[int] | None:
 def save_track_csv(track: Track, path: str | os.PathLike[str]) -> Path:
     """Write centerline and widths (not patches) atomically in the racing CSV format."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = np.column_stack([track.centerline, track.w_right, track.w_left])
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write("# " + ",".join(COLUMNS) + "\n")
-            np.savetxt(f, data, fmt="%.4f", delimiter=",")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        f.write("# " + ",".join(COLUMNS) + "\n")
+        np.savetxt(f, data, fmt="%.4f", delimiter=",")
     return path

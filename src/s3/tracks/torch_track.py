@@ -43,6 +43,15 @@ def _wrap(a: torch.Tensor) -> torch.Tensor:
     return math.pi - torch.remainder(math.pi - a, 2.0 * math.pi)
 
 
+def remainder_near(x: torch.Tensor, period: torch.Tensor | float) -> torch.Tensor:
+    """torch.remainder(x, period) bit for bit for x in [-period, 2 period), period > 0.
+
+    Two selects instead of fmod, which is ~10x slower than any other elementwise op on CPU:
+    fmod(x, p) is x itself for |x| < p and x - p (exact, Sterbenz) for p <= x < 2 p.
+    """
+    return torch.where(x < 0, x + period, torch.where(x >= period, x - period, x))
+
+
 class TrackBatch:
     """B tracks resampled to spacing ds and padded to [B, Mmax, ...] tensors on one device."""
 
@@ -95,6 +104,14 @@ class TrackBatch:
             self.seg[:, 1].contiguous(),
             1.0 / self.seg_len.square(),
         )
+        self.widths = torch.stack([self.w_left, self.w_right], dim=1)  # [B * Mmax, 2] for one gather (gather_rows)
+        # per point: the following point (flat index) and what its segment's far end adds
+        i = torch.arange(mmax, device=self.device)
+        nxt = torch.where(i[None, :] + 1 < self.count[:, None], i[None, :] + 1, 0) + mmax * torch.arange(b, device=self.device)[:, None]
+        self.next_flat = nxt.reshape(-1)  # [B * Mmax]
+        self.dheading = _wrap(self.heading[self.next_flat] - self.heading)  # heading change along the segment
+        self.w_left_next, self.w_right_next = self.w_left[self.next_flat], self.w_right[self.next_flat]
+        self.normal = _normal(self.heading)  # [B * Mmax, 2] unit left normals
         self._init_patches()
 
     def _init_patches(self) -> None:
@@ -108,9 +125,37 @@ class TrackBatch:
                 valid[k, j] = True
         self.patches = torch.as_tensor(table, dtype=self.dtype, device=self.device)
         self.patch_valid = torch.as_tensor(valid, device=self.device)
+        # the same as [5 * pmax, B] (field, slot; track) for one gather per query; unused slots never match
+        cols = self.patches.clone()
+        cols[..., 1] = torch.where(self.patch_valid, cols[..., 1], torch.full_like(cols[..., 1], -math.inf))
+        self._patch_cols = cols.permute(2, 1, 0).reshape(-1, b).contiguous()
 
     def __len__(self) -> int:
         return len(self.tracks)
+
+    def extended(self, values: torch.Tensor, extra: int) -> tuple[torch.Tensor, int]:
+        """Per-point values [B * Mmax, ...] continued around each lap, so i + k needs no wrap.
+
+        -> (table [B * stride, ...], stride = Mmax + extra): row b * stride + i holds point
+        i mod count[b] of track b, for 0 <= i < count[b] + extra.
+        """
+        stride = self.mmax + extra
+        local = torch.remainder(torch.arange(stride, device=self.device)[None, :], self.count[:, None])  # [B, stride]
+        flat = local + self.mmax * torch.arange(len(self), device=self.device)[:, None]
+        return values[flat.reshape(-1)].contiguous(), stride
+
+    def windows(self, values: torch.Tensor, before: int, width: int) -> tuple[torch.Tensor, int]:
+        """Sliding windows along each closed track, for one row gather per query.
+
+        values [B * Mmax] per point -> (table, stride): table [R, width] is a view whose row
+        b * stride + i holds the values at points i - before, ..., i - before + width - 1 of track
+        b, wrapped around the lap (for 0 <= i < count[b]).
+        """
+        stride = self.mmax + width - 1
+        j = torch.arange(stride, device=self.device) - before
+        local = torch.remainder(j[None, :], self.count[:, None])  # [B, stride]
+        ext = values.view(len(self), self.mmax).gather(1, local)  # [B, stride]
+        return ext.reshape(-1).unfold(0, width, 1), stride
 
     # ------------------------------------------------------------------ along-track lookups
     def _locate(self, track_idx: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,53 +165,58 @@ class TrackBatch:
         or a neighbour; two correction passes make it exact.
         """
         shape = s.shape
-        ti = track_idx.reshape(-1, *([1] * (s.dim() - 1))).expand(shape)
-        length = self.length[ti]
-        n = self.count[ti]
+        ti = track_idx.reshape(-1, *([1] * (s.dim() - 1))).expand(shape).reshape(-1)
+        s = s.reshape(-1)
+        length = self.length.index_select(0, ti)
+        n = self.count.index_select(0, ti)
         s = torch.remainder(s, length)
         i = torch.minimum((s * n / length).long(), n - 1)
         base = ti * self.mmax
         for _ in range(2):
-            below = s < self.s_pts[base + i]
+            below = s < self.s_pts.index_select(0, base + i)
             i = torch.where(below & (i > 0), i - 1, i)
-            nxt = torch.where(i + 1 < n, self.s_pts[base + torch.minimum(i + 1, n - 1)], length)
+            nxt = torch.where(i + 1 < n, self.s_pts.index_select(0, base + torch.minimum(i + 1, n - 1)), length)
             i = torch.where((s >= nxt) & (i + 1 < n), i + 1, i)
         flat = base + i
-        t = torch.clamp((s - self.s_pts[flat]) / self.seg_len[flat], 0.0, 1.0)
-        return flat, t
+        t = torch.clamp((s - self.s_pts.index_select(0, flat)) / self.seg_len.index_select(0, flat), 0.0, 1.0)
+        return flat.view(shape), t.view(shape)
 
     def _next(self, flat: torch.Tensor) -> torch.Tensor:
         """Flat index of the following point on the same (closed) track."""
-        b = torch.div(flat, self.mmax, rounding_mode="floor")
-        i = flat - b * self.mmax + 1
-        return b * self.mmax + torch.where(i >= self.count[b], torch.zeros_like(i), i)
+        return _take(self.next_flat, flat)
 
     def _lerp(self, values: torch.Tensor, flat: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        return values[flat] * (1 - t) + values[self._next(flat)] * t
+        return _take(values, flat) * (1 - t) + _take(values, self._next(flat)) * t
 
     def _heading_lerp(self, flat: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        h0 = self.heading[flat]
-        return _wrap(h0 + t * _wrap(self.heading[self._next(flat)] - h0))
+        return _wrap(_take(self.heading, flat) + t * _take(self.dheading, flat))
 
     def pose_at(
         self, track_idx: torch.Tensor, s: torch.Tensor, d: torch.Tensor | float = 0.0
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """World x, y, heading at (s, d) on each point's track (s, d broadcast to s's shape)."""
-        flat, t = self._locate(track_idx, s)
+        return self.pose_at_located(*self._locate(track_idx, s), d)
+
+    def pose_at_located(
+        self, flat: torch.Tensor, t: torch.Tensor, d: torch.Tensor | float = 0.0
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`pose_at` from an earlier `_locate` (flat point index, fraction along its segment)."""
         nxt = self._next(flat)
         tt = t.unsqueeze(-1)
-        xy = self.xy[flat] * (1 - tt) + self.xy[nxt] * tt
-        h0, h1 = self.heading[flat], self.heading[nxt]
-        normal = _normal(h0) * (1 - tt) + _normal(h1) * tt
+        xy = _take(self.xy, flat) * (1 - tt) + _take(self.xy, nxt) * tt
+        normal = _take(self.normal, flat) * (1 - tt) + _take(self.normal, nxt) * tt
         d = torch.as_tensor(d, dtype=self.dtype, device=self.device)
         xy = xy + d.unsqueeze(-1) * normal if d.dim() else xy + d * normal
-        return xy[..., 0], xy[..., 1], _wrap(h0 + t * _wrap(h1 - h0))
+        return xy[..., 0], xy[..., 1], self._heading_lerp(flat, t)
 
     def curvature_at(self, track_idx: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         return self._lerp(self.curvature, *self._locate(track_idx, s))
 
     def width_at(self, track_idx: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        flat, t = self._locate(track_idx, s)
+        return self.width_at_located(*self._locate(track_idx, s))
+
+    def width_at_located(self, flat: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`width_at` from an earlier `_locate`."""
         return self._lerp(self.w_left, flat, t), self._lerp(self.w_right, flat, t)
 
     def sample_ahead(self, track_idx: torch.Tensor, s: torch.Tensor, distances: torch.Tensor) -> AheadSample:
@@ -252,20 +302,30 @@ class TrackBatch:
 
     def friction_from_projection(self, track_idx: torch.Tensor, proj: BatchProjection) -> torch.Tensor:
         """Friction [N] given a projection already computed this step."""
+        return self.friction_sd(track_idx, proj.s, proj.d, on_lap=True)
+
+    def friction_sd(self, track_idx: torch.Tensor, s: torch.Tensor, d: torch.Tensor, on_lap: bool = False) -> torch.Tensor:
+        """Friction at arc lengths s and lateral offsets d on each row's track.
+
+        track_idx [N]; s, d [N] or [N, Q] (d may be [N, 1]) -> [N] or [N, Q]. The last patch that
+        contains a point wins; base_mu outside every patch. on_lap: the caller guarantees
+        0 <= s <= length (a projection's s), which saves an fmod.
+        """
         track_idx = track_idx.long()
-        p = self.patches[track_idx]  # [N, P, 5]
-        length = self.length[track_idx].unsqueeze(1)
-        s, d = proj.s.unsqueeze(1), proj.d.unsqueeze(1)
-        inside = (
-            self.patch_valid[track_idx]
-            & (torch.remainder(s - p[..., 0], length) <= p[..., 1])
-            & (d >= p[..., 2])
-            & (d <= p[..., 3])
-        )
-        order = torch.arange(1, p.shape[1] + 1, device=self.device)
-        last = (inside.long() * order).max(dim=1).values  # 0 when no patch contains the point
-        mu = p[..., 4].gather(1, (last - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
-        return torch.where(last > 0, mu, self.base_mu[track_idx])
+        n, pmax = track_idx.shape[0], self.patches.shape[1]
+        # patch slots first, cars last: every op below runs along contiguous [N] rows
+        rows = self._patch_cols.index_select(1, track_idx).view(5, pmax, 1, n)
+        start, span, d_min, d_max, mu = rows.unbind(0)  # [P, 1, N]
+        sq, dq = s.reshape(n, -1).t(), d.reshape(n, -1).t()  # [Q, N] (dq may be [1, N])
+        length = self.length.index_select(0, track_idx)  # [N]
+        ahead = sq - start  # [P, Q, N] from each patch's start; in [-length, length] for s on the lap
+        ahead = remainder_near(ahead, length) if on_lap else torch.remainder(ahead, length)
+        inside = (ahead <= span) & (dq >= d_min) & (dq <= d_max)
+        order = torch.arange(1, pmax + 1, device=self.device).view(pmax, 1, 1)
+        last = (inside * order).amax(dim=0)  # [Q, N]: the last patch that contains the point, 0 if none
+        mu = mu.squeeze(1).gather(0, (last - 1).clamp(min=0))  # [Q, N]
+        out = torch.where(last > 0, mu, self.base_mu.index_select(0, track_idx))
+        return out.t().reshape(s.shape)
 
     def friction_at(
         self, xy: torch.Tensor, track_idx: torch.Tensor, hint: torch.Tensor | None = None, window: int = 16
@@ -276,6 +336,23 @@ class TrackBatch:
     def is_on_track(self, proj: BatchProjection) -> torch.Tensor:
         """True where a projected point is within the road width on its side."""
         return torch.where(proj.d >= 0, proj.d <= proj.w_left, -proj.d <= proj.w_right)
+
+
+def _take(values: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+    """values[flat] for a per-point table [B * Mmax] or [B * Mmax, F] and indices of any shape."""
+    out = gather_rows(values, flat.reshape(-1)) if values.dim() == 2 else values.index_select(0, flat.reshape(-1))
+    return out.view(*flat.shape, *values.shape[1:])
+
+
+def gather_rows(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """table[idx] for a contiguous table [M, F] and indices [L] -> [L, F].
+
+    A float32 pair (F = 2) is gathered as one int64 (a bit-exact reinterpretation): index_select
+    over the rows of a 2-D table is several times slower on CPU than over a 1-D one.
+    """
+    if table.dtype == torch.float32 and table.shape[1] == 2:
+        return table.view(torch.int64).view(-1).index_select(0, idx).view(torch.float32).view(-1, 2)
+    return table.index_select(0, idx)
 
 
 def _normal(h: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,393 @@
+"""The `direct` baseline: PPO trained in the source simulator itself for a fixed wall-clock budget.
+
+    train_direct(params, out_dir, plots_dir, metrics_dir, budget_s=None, run_id=None) -> summary
+writes
+    <out_dir>/direct/policy.safetensors, policy.ts, policy.json   (s3.rl.export; loads with
+                                                                  s3.evaluate.policy_driver.policy_factory)
+    <plots_dir>/direct.png                                        (learning curve)
+    <metrics_dir>/direct.json                                     (budget, throughput, curve, validation)
+
+This is the efficiency comparison: the same wall clock that one family spends on distill + train
+(`train.direct.budget_s`, ~600 s on two cores) spent on PPO in the slow source simulator instead.
+Everything else is the distilled training's: reward, observation and terminations
+(s3.rl.source_env.SourceVecEnv mirrors DistilledEnv), PPO settings (train.ppo, except the rollout
+length `direct.num_steps_per_env`: a few dozen cars instead of a thousand), the track generator
+and its refresh between chunks (a smaller pool, `direct.pool_size`), the held-out validation
+tracks and the keep-best rule.
+
+Budget. The clock starts when train_direct is called and covers everything: track generation,
+worker start, PPO, validation and export. The first chunk is a single PPO iteration (it measures
+the iteration time); each later chunk gets as many iterations (at most `direct.chunk_iterations`)
+as fit into what is left together with its validation and the final export. At least one
+iteration always runs, so a policy is written even when the budget is tiny.
+
+Validation runs in the source simulator (its own workers) on the same held-out procedural tracks
+and start grid as the distilled training, from rest, deterministic policy. Each episode ends at
+the lap, a failure, the lap-length / validation_min_speed clock, or after
+`direct.validation_seconds` of driving, whichever comes first; the score is the mean share of a
+lap driven (as in s3.rl.train, with that extra cap to keep the source-simulator validation cheap).
+The best-scoring checkpoint is kept (ties to the later one); a chunk that ran out of budget before
+its validation is not eligible. With `direct.validation: false` the last checkpoint is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from s3 import __version__
+from s3.io import json_safe, write_json_atomic
+from s3.rl import mlflow_logger as ml
+from s3.rl.env import REASONS, TIME_OUT
+from s3.rl.export import as_callable, deployable, save_policy
+from s3.rl.ppo import make_runner, quiet
+from s3.rl.rollout import EpisodeBatch
+from s3.rl.source_env import SourceVecEnv, prestart, resolve_workers
+from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid
+from s3.rl.train import WRITER
+from s3.tracks.track import Track
+
+if TYPE_CHECKING:
+    from s3.config import Params
+    from s3.rl.params import TrainParams
+
+NAME = "direct"
+EXPORT_RESERVE_S = 5.0  # export, plot and MLflow at the end (measured ~2-4 s on two cores)
+
+
+@torch.inference_mode()
+def validate_source(actor: torch.nn.Module, env: SourceVecEnv, tracks: Sequence[Track], params: TrainParams) -> dict[str, Any]:
+    """Deterministic episodes of `actor` in `env` (built on `tracks`, no auto-reset) from the validation start grid."""
+    ti, s = start_grid(tracks, params.tracks.validation_starts)
+    policy = as_callable(deployable(actor).cpu(), bool(getattr(actor, "is_recurrent", False)))
+    obs = env.reset_to(torch.as_tensor(ti), torch.as_tensor(s, dtype=torch.float32))["policy"]
+    seconds = torch.clamp(env.track_length() / params.validation_min_speed, max=params.direct.validation_seconds)
+    summary = source_episodes(env, policy, obs, torch.ceil(seconds / env.dt).long()).summary()
+    summary["score"] = summary["mean_completion"]
+    return summary
+
+
+def source_episodes(env: SourceVecEnv, policy: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor, limit: torch.Tensor) -> EpisodeBatch:
+    """Drive every car of `env` from `obs` until its lap, failure or `limit` [N] steps (s3.rl.rollout's rules)."""
+    length, m = env.track_length(), env.num_envs
+    active, completed = torch.ones(m, dtype=torch.bool), torch.zeros(m, dtype=torch.bool)
+    lap_time, final, prev = torch.full((m,), float("nan")), torch.zeros(m), torch.zeros(m)
+    reason, steps = torch.full((m,), -1, dtype=torch.long), torch.zeros(m, dtype=torch.long)
+    for k in range(int(limit.max())):
+        td, _, _, extras = env.step(policy(obs), active)
+        obs, prog, why = td["policy"], extras["progress"], extras["reason"]
+        crossed = active & (prog >= length)
+        frac = ((length - prev) / (prog - prev).clamp(min=1e-6)).clamp(0.0, 1.0)
+        lap_time = torch.where(crossed, env.dt * (k + frac), lap_time)
+        ended = active & ~crossed & (why > 0) & (why != TIME_OUT)
+        reason = torch.where(crossed, 0, torch.where(ended, why, reason))
+        ended |= active & ~crossed & (k + 1 >= limit)  # out of time: reason stays "max_time"
+        completed |= crossed
+        final = torch.where(active, torch.where(crossed, length, prog), final)
+        steps = torch.where(active, k + 1, steps)
+        active &= ~(crossed | ended)
+        prev = prog
+        if not bool(active.any()):
+            break
+    names = ["lap", *REASONS[1:TIME_OUT]]
+    reasons = [names[r] if r >= 0 else "max_time" for r in reason.tolist()]
+    return EpisodeBatch(completed.numpy(), lap_time.numpy(), final.numpy(), length.numpy(), reasons, steps.numpy())
+
+
+class _Clock:
+    """The wall-clock budget and the running estimates that size each chunk."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.t0 = time.perf_counter()
+        self.budget_s = budget_s
+        self.it_s: float | None = None
+        self.val_s = 0.0  # the slowest validation so far, or an upper estimate before the first
+        self.val_measured = False
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def left(self) -> float:
+        return self.budget_s - self.elapsed - EXPORT_RESERVE_S
+
+    def plan(self, done_it: int, chunk: int, validate: bool) -> int:
+        """Iterations for the next chunk (0: stop); the first chunk is one measuring iteration."""
+        if done_it == 0 or self.it_s is None:
+            return 1
+        room = self.left() - (self.val_s if validate else 0.0)
+        return max(0, min(chunk, int(room // self.it_s)))
+
+    def ran(self, n_it: int, seconds: float) -> None:
+        self.it_s = seconds / n_it if self.it_s is None else 0.5 * self.it_s + 0.5 * seconds / n_it
+
+    def guess_validation(self, car_steps: float, car_steps_per_it: int) -> None:
+        """Before the first validation: its worst case at the training's car-step rate."""
+        if not self.val_measured and self.it_s:
+            self.val_s = car_steps * self.it_s / car_steps_per_it
+
+    def validated(self, seconds: float) -> None:
+        self.val_s = max(self.val_s, seconds) if self.val_measured else seconds
+        self.val_measured = True
+
+
+def train_direct(
+    params: Params,
+    out_dir: str | Path,
+    plots_dir: str | Path | None,
+    metrics_dir: str | Path | None,
+    budget_s: float | None = None,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """PPO in the source simulator for `budget_s` (default train.direct.budget_s); see the module docstring."""
+    budget = float(budget_s if budget_s is not None else params.train.direct.budget_s)
+    if not budget > 0:
+        raise ValueError(f"train_direct: budget_s must be positive, got {budget_s}")
+    clock = _Clock(budget)
+    prestart()
+    tp = params.train
+    if tp.torch_threads:
+        torch.set_num_threads(tp.torch_threads)
+    torch.manual_seed(tp.seed)
+    np.random.seed(tp.seed)
+    say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if tp.progress_bar else (lambda msg: None)
+    uri = ml.tracking_uri()
+    own_run = run_id is None
+    if own_run:
+        client, run_id = ml.start_run(tp.mlflow_experiment, f"train-{NAME}", {"s3.stage": "train", "s3.family": NAME}, uri)
+    else:
+        client = ml.client(uri)
+    assert run_id is not None
+    status = "FAILED"
+    try:
+        summary = _train_direct(params, Path(out_dir), plots_dir, metrics_dir, clock, run_id, client, uri, say)
+        status = "FINISHED"
+        return summary
+    finally:
+        if own_run:
+            client.set_terminated(run_id, status=status)
+
+
+def _train_direct(
+    params: Params,
+    out_dir: Path,
+    plots_dir: str | Path | None,
+    metrics_dir: str | Path | None,
+    clock: _Clock,
+    run_id: str,
+    client: Any,
+    uri: str,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """The body of train_direct, inside its MLflow run."""
+    tp, d = params.train, params.train.direct
+    ppo = tp.ppo.model_copy(update={"num_steps_per_env": d.num_steps_per_env})
+    pool = TrackPool(tp.tracks.model_copy(update={"pool_size": d.pool_size}), tp.seed)
+    ml.log_params(client, run_id, {"family": NAME, "budget_s": clock.budget_s, "train": tp.model_dump(mode="json"), "sim": params.sim.model_dump(mode="json")})
+    workers = resolve_workers(d.workers, d.num_envs)
+    with contextlib.ExitStack() as stack:
+        env = stack.enter_context(SourceVecEnv(pool.tracks, params.sim, tp.env, d.num_envs, workers, tp.seed, timeout_s=d.worker_timeout_s))
+        val = None
+        if d.validation:
+            val_tracks = pool.validation_tracks()
+            n_val = len(val_tracks) * tp.tracks.validation_starts
+            val = (stack.enter_context(SourceVecEnv(val_tracks, params.sim, tp.env, n_val, min(workers, n_val), tp.seed, auto_reset=False, timeout_s=d.worker_timeout_s)), val_tracks)
+        log_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="s3-rsl-direct-"))
+        say(f"train {NAME}: {d.num_envs} source cars in {workers} workers ready after {clock.elapsed:.0f} s (budget {clock.budget_s:.0f} s)")
+        loop = _loop(env, val, pool, ppo, params, clock, run_id, uri, log_dir, say)
+        return _finish(loop, env, params, ppo, out_dir, plots_dir, metrics_dir, clock, run_id, client, workers, say)
+
+
+def _loop(
+    env: SourceVecEnv,
+    val: tuple[SourceVecEnv, list[Track]] | None,
+    pool: TrackPool,
+    ppo: Any,
+    params: Params,
+    clock: _Clock,
+    run_id: str,
+    uri: str,
+    log_dir: str,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """PPO chunks until the budget is spent; returns the runner, the kept checkpoint and the curve."""
+    tp, d = params.train, params.train.direct
+    steps_per_it = env.num_envs * ppo.num_steps_per_env
+    curve: list[dict[str, Any]] = []
+    best: dict[str, Any] = {"score": -math.inf, "iteration": None, "env_steps": None, "summary": {}}
+    runner = make_runner(env, ppo, "cpu", log_dir=log_dir, logger={"class_name": WRITER, "run_id": run_id, "tracking_uri": uri})
+    done_it, t_ppo = 0, 0.0
+    while (n_it := clock.plan(done_it, d.chunk_iterations, val is not None)) > 0:
+        t0 = time.perf_counter()
+        with quiet():
+            runner.learn(n_it)
+        dt = time.perf_counter() - t0
+        clock.ran(n_it, dt)
+        t_ppo += dt
+        done_it += n_it
+        point: dict[str, Any] = {"iteration": done_it - 1, "env_steps": done_it * steps_per_it, **env.pop_stats()}
+        if val is not None:
+            clock.guess_validation(_validation_car_steps(val[1], params, env.dt), steps_per_it)
+        if val is not None and clock.left() >= clock.val_s:
+            t0 = time.perf_counter()
+            res = validate_source(runner.alg.get_policy(), val[0], val[1], tp)
+            clock.validated(time.perf_counter() - t0)
+            point.update({"val_score": res["score"], "val_completion_rate": res["completion_rate"]})
+            if res["score"] >= best["score"]:
+                best = {"score": res["score"], "iteration": done_it - 1, "env_steps": point["env_steps"], "summary": res, **_snapshot(runner)}
+        point["wall_s"] = round(clock.elapsed, 2)
+        curve.append(point)
+        say(
+            f"train {NAME}: it {done_it}  {point['env_steps'] / 1e3:.0f} k steps  return {_fmt(point['mean_return'])}  "
+            f"speed {_fmt(point['mean_speed_m_s'])} m/s  val {_fmt(point.get('val_score'))}  {clock.elapsed:.0f}/{clock.budget_s:.0f} s"
+        )
+        if tp.tracks.refresh_fraction > 0 and clock.left() > 0:
+            _refresh(env, pool, runner)
+    if best["iteration"] is None:  # no validation: the last checkpoint
+        best.update({"score": None, "iteration": done_it - 1, "env_steps": done_it * steps_per_it, **_snapshot(runner)})
+    return {"runner": runner, "best": best, "curve": curve, "iterations": done_it, "ppo_wall_s": t_ppo, "steps_per_it": steps_per_it}
+
+
+def _validation_car_steps(tracks: Sequence[Track], params: Params, dt: float) -> float:
+    """Most car steps one validation can take (every car drives until its clock runs out)."""
+    tp = params.train
+    per_start = [math.ceil(min(t.length / tp.validation_min_speed, tp.direct.validation_seconds) / dt) for t in tracks]
+    return float(sum(per_start) * tp.tracks.validation_starts)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _snapshot(runner: Any) -> dict[str, Any]:
+    clone = lambda m: {k: v.detach().clone() for k, v in m.state_dict().items()}  # noqa: E731
+    return {"actor": clone(runner.alg.get_policy()), "critic": clone(runner.alg.critic)}
+
+
+def _refresh(env: SourceVecEnv, pool: TrackPool, runner: Any) -> None:
+    """Replace part of the training pool; the cars on replaced tracks restart (as in s3.rl.train)."""
+    changed = pool.refresh()
+    restarted = env.set_tracks(pool.tracks, changed)
+    with torch.inference_mode():
+        runner.alg.actor.reset(restarted)
+        runner.alg.critic.reset(restarted)
+        runner.logger.cur_reward_sum[restarted] = 0.0
+        runner.logger.cur_episode_length[restarted] = 0.0
+
+
+def _finish(
+    loop: dict[str, Any],
+    env: SourceVecEnv,
+    params: Params,
+    ppo: Any,
+    out_dir: Path,
+    plots_dir: str | Path | None,
+    metrics_dir: str | Path | None,
+    clock: _Clock,
+    run_id: str,
+    client: Any,
+    workers: int,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """Export the kept checkpoint, write the metrics JSON and the plot, log to MLflow."""
+    tp, d = params.train, params.train.direct
+    runner, best = loop["runner"], loop["best"]
+    actor, critic = runner.alg.get_policy(), runner.alg.critic
+    actor.load_state_dict(best["actor"])
+    critic.load_state_dict(best["critic"])
+    actor.eval()
+    env_steps = loop["iterations"] * loop["steps_per_it"]
+    rewards = [(it, v) for t, it, v in ml.curve(run_id) if t == "Train/mean_reward"]
+    validation = {
+        "score": best["score"],
+        "score_definition": "mean share of a lap driven on held-out procedural tracks (source simulator) before failing, "
+        "running out of time or reaching the validation_seconds cap",
+        "iteration": best["iteration"],
+        "env_steps": best["env_steps"],
+        "in": "source simulator" if d.validation else "none (last checkpoint kept)",
+        "track_seeds": [VALIDATION_SEED_BASE + tp.seed * 1000 + i for i in range(tp.tracks.validation_tracks)] if d.validation else [],
+        "starts_per_track": tp.tracks.validation_starts,
+        "min_speed_m_s": tp.validation_min_speed,
+        "episode_cap_s": d.validation_seconds,
+        **{k: v for k, v in best["summary"].items() if k != "score"},
+    }
+    train = {
+        "budget_s": clock.budget_s,
+        "wall_s": round(clock.elapsed, 1),
+        "ppo_wall_s": round(loop["ppo_wall_s"], 1),
+        "env_steps": env_steps,
+        "env_steps_per_s": round(env_steps / max(clock.elapsed, 1e-9), 1),
+        "ppo_steps_per_s": round(env_steps / max(loop["ppo_wall_s"], 1e-9)),
+        "simulated_car_steps": env.car_steps,
+        "iterations": loop["iterations"],
+        "workers": workers,
+        "num_envs": env.num_envs,
+        "num_steps_per_env": ppo.num_steps_per_env,
+        "sim_errors": env.sim_errors,
+        "episodes": env.episode_count,
+        "device": "cpu",
+        "torch_threads": torch.get_num_threads(),
+    }
+    meta = json_safe(
+        {
+            "format": "s3-policy-1",
+            "s3_version": __version__,
+            "family": NAME,
+            "dt": env.dt,
+            "dynamics_model": None,
+            "source_simulator": {"backend": params.sim.backend, "control_dt": params.sim.control_dt},
+            "obs": env.layout.to_json(),
+            "policy": {
+                "type": ppo.policy,
+                "recurrent": ppo.policy == "gru",
+                "num_actions": env.num_actions,
+                "export": "policy.ts",
+                "signature": "cmd[B,3] = policy(obs[B,D])" if ppo.policy == "mlp" else "cmd[B,3], h = policy(obs[B,D], h); h0 = policy.initial_state(B)",
+                "actor_cfg": runner.cfg["actor"],
+                "critic_cfg": runner.cfg["critic"],
+            },
+            "validation": validation,
+            "train": train,
+            "history": loop["curve"],
+            "params": tp.model_dump(mode="json"),
+            "mlflow_run_id": run_id,
+        }
+    )
+    folder = save_policy(out_dir / NAME, actor, critic, meta)
+    if plots_dir is not None:
+        from s3.viz.train_plots import plot_learning_curve
+
+        val_points = [{"env_steps": p["env_steps"], "mean_completion": p["val_score"], "completion_rate": p["val_completion_rate"]} for p in loop["curve"] if "val_score" in p]
+        plot_learning_curve(Path(plots_dir) / f"{NAME}.png", ml.curve(run_id), val_points, loop["steps_per_it"], f"{NAME}: PPO in the source simulator ({clock.budget_s:.0f} s budget)", best["env_steps"])
+    wall = clock.elapsed
+    train.update({"wall_s": round(wall, 1), "env_steps_per_s": round(env_steps / max(wall, 1e-9), 1), "over_budget_s": round(max(0.0, wall - clock.budget_s), 1)})
+    summary = json_safe(
+        {
+            "family": NAME,
+            **train,
+            "validation": validation,
+            "learning_curve": loop["curve"],
+            "reward_curve": [{"iteration": it, "env_steps": (it + 1) * loop["steps_per_it"], "mean_reward": v} for it, v in rewards],
+            "policy_folder": str(folder),
+            "mlflow_run_id": run_id,
+        }
+    )
+    if metrics_dir is not None:
+        write_json_atomic(Path(metrics_dir) / f"{NAME}.json", summary)
+    ml.log_metrics(
+        client,
+        run_id,
+        {"val/best_score": best["score"], "train/wall_s": wall, "train/env_steps": float(env_steps), "train/ppo_steps_per_s": train["ppo_steps_per_s"], "train/budget_s": clock.budget_s},
+        step=max(loop["iterations"] - 1, 0),
+    )
+    say(f"train {NAME}: kept iteration {best['iteration']} (val {_fmt(best['score'])}); {env_steps} steps in {wall:.0f} s of {clock.budget_s:.0f} s -> {folder}")
+    return summary

@@ -1,0 +1,534 @@
+"""The source simulator as an rsl_rl `VecEnv`: N cars stepped in W worker processes.
+
+`SourceVecEnv` is the environment of the `direct` baseline (s3.rl.direct). It mirrors
+`DistilledEnv` so that the two trainings differ only in the simulator:
+- the observation is built by `ObservationBuilder` (the code the distilled env and the evaluation
+  use) from the poses, states and commands the source simulator reports;
+- reward, terminations (off track, backwards, stalled), time-out (reported in
+  extras["time_outs"], not a failure), the start distribution (random pool track, arc length,
+  lateral offset, heading, speed from EnvParams) and auto-reset are DistilledEnv's.
+Differences, all forced by the source simulator:
+- a simulator failure (SimulatorError, non-finite or absurd state) takes the place of an invalid
+  model output: the car keeps its last state, gets zero reward, ends as "model_invalid" and is
+  counted in `sim_errors`;
+- the history window at a reset holds the start state beside the command (0, 0, 0), the
+  convention of `PolicyDriver` (which evaluates every policy in the source simulator), because
+  the source simulator has no cheap "hold this speed" throttle table.
+
+Processes. Each worker owns N/W simulator instances (`make_sim`), a copy of the track pool and a
+friction raster per track (rasterised on first use, ~0.15 s and 5-15 MB each), so keep the pool
+small. Workers start from a forkserver that has imported this module once (spawn where there is
+no forkserver): no fork of a process that runs torch threads, and no per-worker torch import. The
+main process samples starts, batches commands and states as tensors and computes everything
+else. A worker that dies or reports an error raises `SourceWorkerError` naming it; `close()` (or
+the context manager) stops them all.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import traceback
+from collections.abc import Sequence
+from multiprocessing.connection import Connection, wait
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torch import Tensor
+
+from rsl_rl.env import VecEnv
+
+from s3.rl.env import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT, ObservationBuilder, command_to_policy, policy_to_command
+from s3.rl.params import EnvParams
+from s3.sim.base import Control, SimulatorError
+from s3.tracks.track import Track
+
+if TYPE_CHECKING:
+    from s3.config import SimParams
+
+STATE_COLUMNS = ("x", "y", "yaw", "vx", "vy", "yaw_rate", "steer")
+PRELOAD = ["s3.rl.source_env", "s3.sim.factory", "s3.sim.mujoco_car"]
+
+
+class SourceWorkerError(RuntimeError):
+    """A simulator worker process died, hung or failed; the message names it."""
+
+
+# ---------------------------------------------------------------------------- worker process
+class _SimWorker:
+    """The cars of one worker process (runs there)."""
+
+    def __init__(self, sim: SimParams, tracks: Sequence[Track], n_cars: int) -> None:
+        from s3.sim.factory import make_sim
+
+        self.cars = [make_sim(sim) for _ in range(n_cars)]
+        self.tracks = dict(enumerate(tracks))
+        self.grid_res = sim.mujoco.friction_grid_res
+        self.grids: dict[int, Any] = {}
+        self.on = [-1] * n_cars  # the track whose friction each car holds
+        self.last = np.zeros((n_cars, len(STATE_COLUMNS)))
+
+    def set_tracks(self, changed: dict[int, Track]) -> None:
+        for k, track in changed.items():
+            self.tracks[k] = track
+            self.grids.pop(k, None)
+        self.on = [-1 if k in changed else k for k in self.on]
+
+    def _place(self, i: int, k: int) -> Track | None:
+        """Give car i track k's friction; returns the track for sims that rasterise it themselves."""
+        car = self.cars[i]
+        if not hasattr(car, "set_friction_grid"):
+            return self.tracks[k]
+        if self.on[i] != k:
+            if k not in self.grids:
+                self.grids[k] = self.tracks[k].friction_grid(self.grid_res)
+            car.set_friction_grid(self.grids[k])
+            self.on[i] = k
+        return None
+
+    def reset(self, ids: np.ndarray, track: np.ndarray, start: np.ndarray) -> np.ndarray:
+        """Cars ids[j] onto track[j] at start[j] = (x, y, yaw, speed); their states [M, 7]."""
+        for j, i in enumerate(ids):
+            where = self._place(int(i), int(track[j]))
+            x, y, yaw, speed = (float(v) for v in start[j])
+            self.last[i] = _row(self.cars[i].reset(where, x, y, yaw, speed))
+        return self.last[ids].copy()
+
+    def step(self, cmd: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One control period of the active cars: states [n, 7] and simulator failures [n]."""
+        failed = np.zeros(len(self.cars), dtype=bool)
+        for i in np.flatnonzero(active):
+            try:
+                self.last[i] = _row(self.cars[i].step(Control(*cmd[i])))
+            except SimulatorError:
+                failed[i] = True
+        return self.last.copy(), failed
+
+    def close(self) -> None:
+        for car in self.cars:
+            car.close()
+
+
+def _row(st: Any) -> tuple[float, ...]:
+    return (st.x, st.y, st.yaw, st.vx, st.vy, st.yaw_rate, st.steer)
+
+
+def _worker_main(conn: Connection, sim: SimParams, tracks: Sequence[Track], n_cars: int) -> None:
+    """Serve (method, args) requests until "close" or until the parent goes away."""
+    worker = None
+    try:
+        worker = _SimWorker(sim, tracks, n_cars)
+        conn.send(("ok", None))
+        while True:
+            method, args = conn.recv()
+            if method == "close":
+                break
+            conn.send(("ok", getattr(worker, method)(*args)))
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        pass
+    except BaseException:
+        try:
+            conn.send(("error", traceback.format_exc()))
+        except OSError:
+            pass
+    finally:
+        if worker is not None:
+            worker.close()
+        conn.close()
+
+
+# ---------------------------------------------------------------------------- main process
+def _context() -> Any:
+    """A forkserver context preloading this module (one torch import for all workers), else spawn."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)  # no effect once the server runs: it then already has them or imports lazily
+    return ctx
+
+
+def prestart() -> None:
+    """Start the forkserver now, so that its one-time import overlaps the caller's own setup."""
+    if _context().get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
+def resolve_workers(workers: int, num_envs: int) -> int:
+    """0 -> one per core; never more workers than cars."""
+    return max(1, min(int(workers) or (os.cpu_count() or 1), int(num_envs)))
+
+
+class _Workers:
+    """W simulator processes; car j lives in worker w for bounds[w] <= j < bounds[w + 1]."""
+
+    def __init__(self, sim: SimParams, tracks: Sequence[Track], counts: Sequence[int], timeout_s: float) -> None:
+        self.timeout_s = float(timeout_s)
+        self.bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.procs: list[Any] = []
+        self.conns: list[Connection] = []
+        ctx = _context()
+        try:
+            for w, n in enumerate(counts):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=_worker_main, args=(child, sim, list(tracks), int(n)), name=f"s3-source-{w}", daemon=True)
+                proc.start()
+                child.close()
+                self.procs.append(proc)
+                self.conns.append(parent)
+            for w in range(len(counts)):
+                self._recv(w)
+        except BaseException:
+            self.close()
+            raise
+
+    def __len__(self) -> int:
+        return len(self.procs)
+
+    def _recv(self, w: int) -> Any:
+        proc, conn = self.procs[w], self.conns[w]
+        ready = wait([conn, proc.sentinel], timeout=self.timeout_s)
+        if not ready:
+            raise SourceWorkerError(f"source-sim worker {w} (pid {proc.pid}) sent nothing for {self.timeout_s:.0f} s")
+        try:
+            status, value = conn.recv()
+        except (EOFError, OSError):
+            proc.join(1.0)
+            raise SourceWorkerError(f"source-sim worker {w} (pid {proc.pid}) died (exit code {proc.exitcode})") from None
+        if status == "error":
+            raise SourceWorkerError(f"source-sim worker {w} (pid {proc.pid}) failed:\n{value}")
+        return value
+
+    def call(self, requests: dict[int, tuple[str, tuple[Any, ...]]]) -> dict[int, Any]:
+        """Send each worker its request, then collect the answers (the workers run in parallel)."""
+        for w, req in requests.items():
+            try:
+                self.conns[w].send(req)
+            except (BrokenPipeError, OSError):
+                raise SourceWorkerError(f"source-sim worker {w} (pid {self.procs[w].pid}) died (exit code {self.procs[w].exitcode})") from None
+        return {w: self._recv(w) for w in requests}
+
+    def owner(self, ids: np.ndarray) -> np.ndarray:
+        """The worker of each global car id."""
+        return np.searchsorted(self.bounds, ids, side="right") - 1
+
+    def close(self) -> None:
+        for conn in self.conns:
+            try:
+                conn.send(("close", ()))
+            except OSError:
+                pass
+        for proc in self.procs:
+            proc.join(5.0)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(1.0)
+        for conn in self.conns:
+            conn.close()
+        self.procs, self.conns = [], []
+
+
+class _Observer(ObservationBuilder):
+    """ObservationBuilder that can start a subset of its cars (auto-reset)."""
+
+    @torch.inference_mode()
+    def start_idx(self, ids: Tensor, track: Tensor, pose: Tensor, state: Tensor, command: Tensor) -> None:
+        """Start cars `ids` on `track` at `pose` [M, 3] with `state` [M, 4] and `command` [M, 3]."""
+        full = self.tracks.project(pose[:, :2], track, yaw=pose[:, 2])  # exact, no hint
+        proj = self._project(pose[:, :2], track, full.segment, pose[:, 2])
+        self.track_idx[ids] = track
+        self.pose[ids] = pose
+        self.seg[ids], self.seg_t[ids], self.s[ids] = proj.segment, proj.t, proj.s
+        self.mu[ids] = self.tracks.friction_from_projection(track, proj)
+        self.track_feats[ids] = torch.stack([proj.d, proj.heading_error, proj.w_left, proj.w_right], dim=1)
+        self.progress[ids] = 0.0
+        self.hist[ids] = torch.cat([state, command], dim=1)[:, None].expand(-1, self.layout.history + 1, -1)
+
+    @torch.inference_mode()
+    def set_pool(self, tracks: Sequence[Track]) -> None:
+        self._load_tracks(tracks)
+
+    @torch.inference_mode()
+    def compute(self) -> Tensor:
+        return self._compute_obs()
+
+
+class SourceVecEnv(VecEnv):
+    """rsl_rl VecEnv over N source-simulator cars in worker processes (see the module docstring)."""
+
+    num_actions = 2
+
+    def __init__(
+        self,
+        tracks: Sequence[Track],
+        sim: SimParams,
+        params: EnvParams | None = None,
+        num_envs: int = 32,
+        workers: int = 0,
+        seed: int = 0,
+        auto_reset: bool = True,
+        timeout_s: float = 300.0,
+    ) -> None:
+        if sim.backend != "mujoco":
+            raise ValueError(f"SourceVecEnv steps many cars in parallel: it needs sim.backend 'mujoco', not {sim.backend!r} (one BeamNG instance is one world)")
+        self.params = params = params or EnvParams()
+        self.device = torch.device("cpu")  # the simulators live on the CPU; rsl_rl moves obs to its device
+        self.num_envs = int(num_envs)
+        self.dt = float(sim.control_dt)
+        self.max_episode_length = max(1, int(round(params.episode_seconds / self.dt)))
+        self._stall_limit = max(1, int(round(params.stall_seconds / self.dt)))
+        self.auto_reset = auto_reset
+        self.cfg: dict[str, Any] = {"env": params.model_dump(mode="json"), "family": "direct", "dt": self.dt, "sim": sim.backend}
+        self.generator = torch.Generator()
+        self.generator.manual_seed(int(seed))
+        self.observer = _Observer(list(tracks), params, num_cars=self.num_envs)
+        self.layout = self.observer.layout
+        self.num_obs = self.layout.dim
+        self._allocate()
+        w = resolve_workers(workers, self.num_envs)
+        counts = [len(c) for c in np.array_split(np.arange(self.num_envs), w)]
+        self.workers = _Workers(sim, tracks, counts, timeout_s)
+        try:
+            self.reset()
+        except BaseException:
+            self.close()
+            raise
+
+    def _allocate(self) -> None:
+        n = self.num_envs
+        with torch.inference_mode():
+            self.episode_length_buf = torch.zeros(n, dtype=torch.long)
+            self.stall_ref, self.stall_steps = torch.zeros(n), torch.zeros(n, dtype=torch.long)
+            self.action_prev = torch.zeros(n, 2)
+            self.reason = torch.zeros(n, dtype=torch.long)
+            self.ep_return = torch.zeros(n)
+            self.obs = torch.zeros(n, self.num_obs)
+        self.sim_errors = 0
+        self.car_steps = 0
+        self.episode_count = 0
+        self._stats = _Stats()
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Stop the worker processes (idempotent)."""
+        if getattr(self, "workers", None) is not None:
+            self.workers.close()
+            self.workers = None  # type: ignore[assignment]
+
+    def __enter__(self) -> SourceVecEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------ VecEnv
+    def get_observations(self) -> TensorDict:
+        return TensorDict({"policy": self.obs}, batch_size=[self.num_envs], device=self.device)
+
+    @torch.inference_mode()
+    def reset(self) -> TensorDict:
+        """Every car to a random start (DistilledEnv's distribution); returns the observations."""
+        self._restart(torch.arange(self.num_envs), *self._sample_starts(self.num_envs))
+        self.obs = self.observer.compute()
+        return self.get_observations()
+
+    @torch.inference_mode()
+    def reset_to(self, track_idx: Tensor, s: Tensor, d: Tensor | float = 0.0, heading_offset: Tensor | float = 0.0, speed: Tensor | float = 0.0) -> TensorDict:
+        """Deterministic starts for every car (validation); returns the observations."""
+        n = self.num_envs
+        full = lambda x: torch.as_tensor(x, dtype=torch.float32).expand(n).clone()  # noqa: E731
+        track = torch.as_tensor(track_idx, dtype=torch.long).expand(n).clone()
+        x, y, h = self.observer.tracks.pose_at(track, full(s), full(d))
+        self._restart(torch.arange(n), track, torch.stack([x, y, h + full(heading_offset), full(speed)], dim=1))
+        self.obs = self.observer.compute()
+        return self.get_observations()
+
+    @torch.inference_mode()
+    def set_tracks(self, tracks: Sequence[Track], changed: Sequence[int] | None = None) -> Tensor:
+        """New pool (same count when `changed` lists the replaced indices); returns the cars restarted."""
+        tracks = list(tracks)
+        old = len(self.observer.tracks)
+        self.observer.set_pool(tracks)
+        every = changed is None or len(tracks) != old
+        changed = range(len(tracks)) if every else list(changed)
+        self.workers.call({w: ("set_tracks", ({k: tracks[k] for k in changed},)) for w in range(len(self.workers))})
+        mask = torch.ones(self.num_envs, dtype=torch.bool) if every else torch.isin(self.observer.track_idx, torch.as_tensor(list(changed), dtype=torch.long))
+        ids = mask.nonzero(as_tuple=False).squeeze(1)
+        if ids.numel():
+            self._restart(ids, *self._sample_starts(ids.numel()))
+        self.obs = self.observer.compute()
+        return mask
+
+    @torch.inference_mode()
+    def step(self, actions: Tensor, active: Tensor | None = None) -> tuple[TensorDict, Tensor, Tensor, dict[str, Any]]:
+        """One control period; `active` [N] (default all) limits which cars are simulated at all."""
+        pol, cmd = _split_action(actions.detach().to("cpu", torch.float32))
+        act = torch.ones(self.num_envs, dtype=torch.bool) if active is None else active.to("cpu", torch.bool)
+        state, ds, invalid = self._advance(cmd, act)
+        reward, off, backwards, stalled, time_out = self._judge(pol, ds, invalid, act)
+        self.reason = _reasons(off, backwards, invalid, stalled, time_out)
+        dones = off | backwards | invalid | stalled | time_out
+        self.ep_return += reward
+        self.sim_errors += int(invalid.sum())
+        self.car_steps += int(act.sum())
+        self.episode_count += int(dones.sum())
+        progress = self.observer.progress
+        self._stats.add(state[:, 0], act, dones, self.ep_return, self.episode_length_buf, progress)
+        log = {
+            "Env/model_invalid": invalid.float().sum(),
+            "Env/off_track_rate": off.float().mean(),
+            "Env/speed": state[act, 0].mean() if act.any() else torch.zeros(()),
+            "Env/progress_per_step": ds.mean(),
+        }
+        extras: dict[str, Any] = {"time_outs": time_out, "log": log, "reason": self.reason, "progress": progress.clone()}
+        if self.auto_reset:
+            ids = dones.nonzero(as_tuple=False).squeeze(1)
+            if ids.numel():
+                log["Env/episode_progress_m"] = progress[ids].mean()
+                self._restart(ids, *self._sample_starts(ids.numel()))
+        self.obs = self.observer.compute()
+        return self.get_observations(), reward, dones, extras
+
+    def _advance(self, cmd: Tensor, act: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Simulate the active cars and feed the observer: (state [N, 4], progress ds [N], invalid [N]).
+
+        A failed or absurd simulator state is never propagated (the car keeps its last one, as
+        DistilledEnv does with an invalid model output); inactive cars stand still.
+        """
+        p, ob = self.params, self.observer
+        prev_pose, prev_state, hist0, progress0 = ob.pose.clone(), ob.hist[:, -1, :4].clone(), ob.hist.clone(), ob.progress.clone()
+        states, failed = self._simulate(cmd, act)
+        absurd = (torch.hypot(states[:, 3], states[:, 4]) > p.max_speed) | (states[:, 5].abs() > p.max_yaw_rate)
+        invalid = act & (failed | ~torch.isfinite(states).all(dim=1) | absurd)
+        keep = invalid | ~act
+        pose = torch.where(keep[:, None], prev_pose, states[:, :3])
+        state = torch.where(keep[:, None], prev_state, states[:, 3:])
+        ob.observe(pose, state, cmd)
+        ob.hist.copy_(torch.where(act[:, None, None], ob.hist, hist0))  # inactive cars keep their window (a view: write in place)
+        ds = torch.where(keep, torch.zeros_like(progress0), ob.progress - progress0)
+        ob.progress = progress0 + ds
+        return state, ds, invalid
+
+    def _judge(self, pol: Tensor, ds: Tensor, invalid: Tensor, act: Tensor) -> tuple[Tensor, ...]:
+        """DistilledEnv's reward and terminations: (reward, off, backwards, stalled, time_out) [N]."""
+        p, rp, ob = self.params, self.params.reward, self.observer
+        d, he, wl, wr = ob.track_feats.unbind(dim=1)
+        off = act & torch.where(d >= 0, d > wl + p.off_track_margin, -d > wr + p.off_track_margin)
+        backwards = act & ((he.abs() > p.backwards_heading) | (ob.progress < -p.backwards_distance))
+        moved = ob.progress - self.stall_ref >= p.stall_distance
+        self.stall_ref = torch.where(moved, ob.progress, self.stall_ref)
+        self.stall_steps = torch.where(moved, torch.zeros_like(self.stall_steps), self.stall_steps + act.long())
+        stalled = act & (self.stall_steps >= self._stall_limit) & ~(off | backwards | invalid)
+        self.episode_length_buf += act.long()
+        time_out = act & (self.episode_length_buf >= self.max_episode_length) & ~(off | backwards | invalid | stalled)
+        reward = rp.progress * ds - rp.action_rate * (pol - self.action_prev).square().sum(dim=1)
+        reward = reward - rp.off_track * off.float() - rp.backwards * (backwards & ~off).float() - rp.stall * stalled.float()
+        reward = torch.where(invalid | ~act, torch.zeros_like(reward), reward)
+        self.action_prev = torch.where(act[:, None], pol, self.action_prev)
+        return reward, off, backwards, stalled, time_out
+
+    # ------------------------------------------------------------------ internals
+    def _simulate(self, cmd: Tensor, active: Tensor) -> tuple[Tensor, Tensor]:
+        """Step every worker's cars in parallel; states [N, 7] (float32) and failures [N]."""
+        c, a, b = cmd.numpy().astype(np.float64), active.numpy(), self.workers.bounds
+        out = self.workers.call({w: ("step", (c[b[w] : b[w + 1]], a[b[w] : b[w + 1]])) for w in range(len(self.workers))})
+        states = np.concatenate([out[w][0] for w in range(len(self.workers))])
+        failed = np.concatenate([out[w][1] for w in range(len(self.workers))])
+        return torch.from_numpy(states).float(), torch.from_numpy(failed)
+
+    def _sample_starts(self, n: int) -> tuple[Tensor, Tensor]:
+        """DistilledEnv's start distribution: (track [n], (x, y, yaw, speed) [n, 4])."""
+        p, tb, g = self.params, self.observer.tracks, self.generator
+        rand = lambda: torch.rand(n, generator=g)  # noqa: E731
+        track = torch.randint(0, len(tb), (n,), generator=g)
+        s0 = rand() * tb.length[track]
+        wl, wr = tb.width_at(track, s0)
+        side = 2.0 * rand() - 1.0
+        d0 = p.init_lateral * torch.where(side >= 0, side * wl, side * wr)
+        heading = (2.0 * rand() - 1.0) * p.init_heading
+        speed = p.init_speed_min + (p.init_speed_max - p.init_speed_min) * rand()
+        x, y, h = tb.pose_at(track, s0, d0)
+        return track, torch.stack([x, y, h + heading, speed], dim=1)
+
+    def _restart(self, ids: Tensor, track: Tensor, start: Tensor) -> None:
+        """Reset cars `ids` in their workers and start their episodes (history: start state, command 0)."""
+        ids_np, track_np, start_np = ids.numpy(), track.numpy(), start.double().numpy()
+        owner, b = self.workers.owner(ids_np), self.workers.bounds
+        sel = {int(w): owner == w for w in np.unique(owner)}
+        out = self.workers.call({w: ("reset", (ids_np[m] - b[w], track_np[m], start_np[m])) for w, m in sel.items()})
+        states = np.zeros((len(ids_np), len(STATE_COLUMNS)))
+        for w, m in sel.items():
+            states[m] = out[w]
+        st = torch.from_numpy(states).float()
+        self.observer.start_idx(ids, track, st[:, :3], st[:, 3:], torch.zeros(len(ids_np), 3))
+        self.episode_length_buf[ids] = 0
+        self.stall_ref[ids] = 0.0
+        self.stall_steps[ids] = 0
+        self.action_prev[ids] = 0.0
+        self.ep_return[ids] = 0.0
+
+    # ------------------------------------------------------------------ reporting
+    def track_length(self) -> Tensor:
+        """Lap length [N] of each car's current track (as resampled for the observation)."""
+        return self.observer.tracks.length[self.observer.track_idx]
+
+    def pop_stats(self) -> dict[str, float | int | None]:
+        """Episodes finished and mean speed since the last call (the direct learning curve)."""
+        out = self._stats.summary()
+        self._stats = _Stats()
+        return out
+
+
+def _split_action(a: Tensor) -> tuple[Tensor, Tensor]:
+    """(policy action [N, 2], command [N, 3]) from a policy action or a 3-D command."""
+    if a.shape[1] == 3:
+        cmd = torch.stack([a[:, 0].clamp(-1, 1), a[:, 1].clamp(0, 1), a[:, 2].clamp(0, 1)], dim=1)
+        return command_to_policy(cmd), cmd
+    pol = a.clamp(-1.0, 1.0)
+    return pol, policy_to_command(pol)
+
+
+def _reasons(off: Tensor, backwards: Tensor, invalid: Tensor, stalled: Tensor, time_out: Tensor) -> Tensor:
+    """DistilledEnv's reason codes (later rules win, as there)."""
+    reason = torch.zeros(off.shape, dtype=torch.long)
+    reason = torch.where(time_out, TIME_OUT, reason)
+    reason = torch.where(stalled, STALLED, reason)
+    reason = torch.where(backwards, BACKWARDS, reason)
+    reason = torch.where(off, OFF_TRACK, reason)
+    return torch.where(invalid, MODEL_INVALID, reason)
+
+
+class _Stats:
+    """Running sums for the learning curve between two `pop_stats` calls."""
+
+    def __init__(self) -> None:
+        self.speed_sum, self.steps = 0.0, 0
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+        self.progress: list[float] = []
+
+    def add(self, vx: Tensor, active: Tensor, dones: Tensor, ret: Tensor, length: Tensor, progress: Tensor) -> None:
+        self.speed_sum += float(vx[active].sum())
+        self.steps += int(active.sum())
+        self.returns += ret[dones].tolist()
+        self.lengths += length[dones].tolist()
+        self.progress += progress[dones].tolist()
+
+    def summary(self) -> dict[str, float | int | None]:
+        mean = lambda v: float(np.mean(v)) if v else None  # noqa: E731
+        return {
+            "episodes": len(self.returns),
+            "mean_return": mean(self.returns),
+            "mean_episode_steps": mean(self.lengths),
+            "mean_episode_progress_m": mean(self.progress),
+            "mean_speed_m_s": self.speed_sum / self.steps if self.steps else None,
+        }

@@ -1,0 +1,57 @@
+"""The train stage by policy name: a model family, the `oracle`, or the `direct` baseline.
+
+    train_policies(names, root_params, models_dir, out_dir, plots_dir, metrics_dir) -> {name: summary}
+
+- a family (bicycle, ddm, transformer, dytr): PPO in that family's distilled env (s3.rl.train);
+- `oracle`: PPO in `train.oracle_family`'s distilled env with the surface label observed (the true
+  friction under and ahead of the car): an upper bound on what knowing the surface buys;
+- `direct`: PPO in the source simulator itself for `train.direct.budget_s` (s3.rl.direct).
+Each gets `train.per_policy.<name>` merged over the shared train params, and writes
+<out_dir>/<name>/, <plots_dir>/<name>.png and <metrics_dir>/<name>.json.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from s3.io import write_json_atomic
+from s3.rl.params import POLICY_NAMES
+
+FAMILY_POLICIES = ("bicycle", "ddm", "transformer", "dytr")
+
+
+def policy_names(option: str) -> list[str]:
+    """The policies a `--family` option names: one of POLICY_NAMES, or "all" (the four families)."""
+    if option == "all":
+        return list(FAMILY_POLICIES)
+    if option not in POLICY_NAMES:
+        raise ValueError(f"--family: {option!r} is not one of {', '.join(POLICY_NAMES)}, all")
+    return [option]
+
+
+def train_one(name: str, root: Any, models_dir: str | Path, out_dir: str | Path, plots_dir: str | Path,
+              metrics_dir: str | Path) -> dict[str, Any]:  # fmt: skip
+    """Train the policy `name` with `root.train.for_policy(name)`; returns its summary."""
+    tp = root.train.for_policy(name)
+    if name == "direct":
+        from s3.rl.direct import train_direct
+
+        return train_direct(root.model_copy(update={"train": tp}), out_dir, plots_dir, metrics_dir)
+    from s3.dynamics.checkpoint import load_checkpoint
+    from s3.rl.env import resolve_device
+    from s3.rl.train import train_policy
+
+    family = tp.oracle_family if name == "oracle" else name
+    model_folder = Path(models_dir) / family
+    model = load_checkpoint(model_folder, family, resolve_device(tp.device))
+    summary = train_policy(model, Path(out_dir) / name, Path(plots_dir) / f"{name}.png", tp, family, None, model_folder)
+    summary = {"policy": name, **summary}
+    write_json_atomic(Path(metrics_dir) / f"{name}.json", summary)
+    return summary
+
+
+def train_policies(names: list[str], root: Any, models_dir: str | Path, out_dir: str | Path, plots_dir: str | Path,
+                   metrics_dir: str | Path) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """`train_one` for each name in turn."""
+    return {n: train_one(n, root, models_dir, out_dir, plots_dir, metrics_dir) for n in names}

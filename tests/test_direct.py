@@ -1,0 +1,160 @@
+"""Tests of the `direct` baseline: the source simulator as a VecEnv (s3.rl.source_env) and PPO in it (s3.rl.direct).
+
+A few cars in two worker processes on two procedural tracks; one torch thread. The workers come
+from a forkserver that imports s3 once per test session, so the first env pays that start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+
+from s3.config import Params, SimParams
+from s3.dynamics.bicycle import BicycleModel
+from s3.rl.bench import SOURCE_KEYS, bench_env
+from s3.rl.controllers import PurePursuit
+from s3.rl.env import OFF_TRACK, DistilledEnv
+from s3.rl.params import EnvParams, TrainParams
+from s3.rl.source_env import SourceVecEnv, SourceWorkerError
+from s3.tracks.generate import procedural_track
+
+torch.set_num_threads(1)
+
+N = 4
+
+
+@pytest.fixture(scope="module")
+def tracks() -> list:
+    return [procedural_track(i) for i in range(2)]
+
+
+@pytest.fixture(scope="module")
+def env(tracks):
+    with SourceVecEnv(tracks, SimParams(), EnvParams(), num_envs=N, workers=2, seed=0) as e:
+        yield e
+
+
+def _pure_pursuit(e: SourceVecEnv) -> PurePursuit:
+    car = SimParams().mujoco
+    return PurePursuit(e.layout, wheelbase=car.wheelbase, max_steer=car.max_steer, max_speed=12.0)
+
+
+def test_observation_is_the_distilled_layout_and_values(env, tracks) -> None:
+    """Same EnvParams -> same layout; from the same start pose the track-side groups agree."""
+    dist = DistilledEnv(BicycleModel(history=5, dt=0.1, use_mu=False), tracks, EnvParams(num_envs=N), device="cpu", seed=0)
+    assert env.num_obs == dist.num_obs and env.layout.to_json() == dist.layout.to_json()
+    assert env.get_observations()["policy"].shape == (N, dist.num_obs)
+    start = (torch.tensor([0, 0, 1, 1]), torch.tensor([10.0, 200.0, 50.0, 300.0]), torch.tensor([0.0, 1.0, -1.0, 0.5]))
+    a = env.reset_to(*start)["policy"]
+    b = dist.reset_to(*start)["policy"]
+    for group in ("track", "preview_xy", "preview_width"):
+        sl = env.layout.groups[group]
+        assert torch.allclose(a[:, sl], b[:, sl], atol=0.05), group
+    assert a[:, env.layout.groups["state"]].abs().max() < 0.05  # at rest, straight
+
+
+def test_driving_along_the_centerline_earns_positive_reward(env) -> None:
+    env.reset_to(torch.tensor([0, 0, 1, 1]), torch.tensor([0.0, 400.0, 100.0, 500.0]), 0.0, 0.0, 8.0)
+    driver = _pure_pursuit(env)
+    obs, total = env.get_observations()["policy"], torch.zeros(N)
+    for _ in range(30):
+        td, rew, dones, extras = env.step(driver(obs))
+        obs, total = td["policy"], total + rew
+        assert not dones.any(), extras["reason"]
+    assert (total > 0).all() and (extras["progress"] > 15.0).all()
+    assert env.sim_errors == 0
+
+
+def test_leaving_the_road_terminates_with_a_penalty_and_restarts(env) -> None:
+    env.reset_to(torch.tensor([0, 0, 1, 1]), torch.tensor([0.0, 400.0, 100.0, 500.0]), 2.0, 0.6, 10.0)
+    steer_out = torch.tensor([[0.0, 0.5, 0.0]]).expand(N, 3)
+    ended = torch.zeros(N, dtype=torch.bool)
+    for _ in range(40):
+        _, rew, dones, extras = env.step(steer_out)
+        first = dones & ~ended
+        assert (extras["reason"][first] == OFF_TRACK).all()
+        assert (rew[first] < -EnvParams().reward.off_track + 2.0).all()
+        assert (env.episode_length_buf[first] == 0).all()  # auto-reset
+        assert not extras["time_outs"].any()
+        ended |= dones
+        if ended.all():
+            break
+    assert ended.all()
+
+
+def test_a_dead_worker_is_named(tracks) -> None:
+    e = SourceVecEnv(tracks, SimParams(), EnvParams(), num_envs=2, workers=2, seed=1)
+    try:
+        pid = e.workers.procs[1].pid
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(SourceWorkerError, match="worker 1"):
+            e.step(torch.zeros(2, 2))
+    finally:
+        e.close()
+    assert e.workers is None
+
+
+TINY = {
+    "progress_bar": False,
+    "ppo": {"actor_hidden": [32], "critic_hidden": [32], "learning_epochs": 1, "mini_batches": 1},
+    "tracks": {"pool_size": 2, "validation_tracks": 2, "validation_starts": 1},
+    "direct": {"num_envs": 4, "workers": 2, "pool_size": 2, "num_steps_per_env": 8, "chunk_iterations": 2, "validation_seconds": 1.0},
+}
+
+
+def test_tiny_train_direct_writes_a_policy_the_evaluator_drives(tmp_path, monkeypatch) -> None:
+    from s3.evaluate.policy_driver import policy_factory
+    from s3.rl.direct import train_direct
+    from s3.sim.factory import make_sim
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    params = Params.model_validate({"train": TINY})
+    summary = train_direct(params, tmp_path / "policies", tmp_path / "plots", tmp_path / "metrics" / "train", budget_s=15.0)
+    saved = json.loads((tmp_path / "metrics" / "train" / "direct.json").read_text())
+    for key in ("wall_s", "budget_s", "env_steps", "env_steps_per_s", "workers", "num_envs", "iterations", "validation", "learning_curve"):
+        assert key in saved, key
+    assert saved["workers"] == 2 and saved["num_envs"] == 4 and saved["budget_s"] == 15.0
+    assert summary["iterations"] >= 1 and saved["env_steps"] == summary["iterations"] * 4 * 8
+    assert saved["learning_curve"] and saved["validation"]["iteration"] is not None
+    assert (tmp_path / "plots" / "direct.png").exists()
+    folder = tmp_path / "policies" / "direct"
+    meta = json.loads((folder / "policy.json").read_text())
+    assert meta["family"] == "direct" and meta["params"]["env"] == params.train.env.model_dump(mode="json")
+    sim = make_sim(params.sim)
+    driver = policy_factory(folder)(sim)
+    track = procedural_track(7)
+    x, y, yaw = (float(v) for v in track.pose_at(0.0, 0.0))
+    state = sim.reset(track, x, y, yaw, 5.0)
+    driver.reset(track, state)
+    for _ in range(5):
+        state = sim.step(driver.act(state, None))  # type: ignore[arg-type]
+    assert state.is_finite()
+
+
+def test_bench_reports_source_and_direct_rates() -> None:
+    params = TrainParams.model_validate({"ppo": {"num_steps_per_env": 4, "learning_epochs": 1, "mini_batches": 1}, "direct": {"num_envs": 4, "num_steps_per_env": 4}})
+    out = bench_env("bicycle", sizes=(16,), params=params, env_seconds=0.1, train_iterations=1, n_tracks=2,
+                    model=BicycleModel(history=5, dt=0.1, use_mu=False), source_seconds=0.3, direct_seconds=0.3, direct_workers=2)  # fmt: skip
+    for key in SOURCE_KEYS:
+        assert out[key] is not None, key
+    assert out["source_control_steps_per_s"] > 0 and out["direct_ppo_steps_per_s"] > 0 and out["direct_workers"] == 2
+    assert set(out["env_vs_source"]) == set(out["ppo_vs_direct"]) == {"16"}
+    assert "env_steps_per_s" in out and "train_steps_per_s" in out
+    json.dumps(out)
+
+
+def test_source_validation_scores_deterministic_episodes(tracks) -> None:
+    from s3.rl.direct import validate_source
+    from s3.rl.ppo import build_actor, model_config
+
+    params = TrainParams.model_validate({k: v for k, v in TINY.items()})
+    with SourceVecEnv(tracks, SimParams(), params.env, num_envs=2, workers=1, auto_reset=False) as e:
+        actor = build_actor(e.num_obs, 2, model_config(params.ppo, "actor"))
+        out = validate_source(actor, e, tracks, params)
+        again = validate_source(actor, e, tracks, params)
+    assert out["episodes"] == 2 and sum(out["reasons"].values()) == 2 and 0.0 <= out["score"] <= 1.0
+    assert out["score"] == pytest.approx(again["score"], abs=1e-6)  # deterministic policy, deterministic sim

@@ -1,0 +1,226 @@
+"""The report: accuracy joined with policy quality, the rank correlation, the efficiency rows."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from s3.evaluate import report as rp
+
+ADE2 = {"bicycle": 1.0, "ddm": 0.2, "transformer": 0.5, "dytr": 0.3}  # accuracy order: ddm, dytr, transformer, bicycle
+COMPLETION = {"bicycle": 0.25, "ddm": 1.0, "transformer": 0.5, "dytr": 0.75}  # the same order
+RL_WALL = {"bicycle": 10.0, "ddm": 20.0, "transformer": 30.0, "dytr": 40.0}
+DISTILL_WALL = {"bicycle": 5.0, "ddm": 50.0, "transformer": 60.0, "dytr": 70.0}
+
+
+def _write(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+
+
+def _distill(ade2: float, wall: float) -> dict[str, Any]:
+    split = {"windows": 10, "ade_1s": ade2 / 2, "ade_2s": ade2, "fde_2s": 2 * ade2}
+    return {"dt": 0.1, "rollout": {"all": split, "ice": {k: 2 * v for k, v in split.items()}}, "total_wall_s": wall}
+
+
+def _ci(mean: float | None, half: float = 1.0) -> dict[str, Any]:
+    return {"mean": mean, "ci95": None if mean is None else [mean - half, mean + half], "n": 4}
+
+
+def _eval(nominal: float, ice: float, lap: float | None = 100.0, gap: bool = True) -> dict[str, Any]:
+    def cond(rate: float, patches: bool) -> dict[str, Any]:
+        s = {"completion_rate": rate, "completed": int(4 * rate), "runs": 4, "lap_time_s": _ci(lap if rate > 0 else None),
+             "mean_abs_steering_rate": _ci(0.05), "mean_abs_steering_jerk": _ci(0.5), "pedal_switches": _ci(12.0)}  # fmt: skip
+        if patches:
+            s["patch_crossing_rate"] = _ci(0.5)
+        return s
+
+    out = {"simulator": {"control_dt": 0.1}, "summary": {"nominal": cond(nominal, False), "ice": cond(ice, True)}}
+    if gap:
+        g = {"completion_rate": {"source": nominal, "distilled": 1.0, "gap": nominal - 1.0},
+             "lap_time_s": {"source": lap, "distilled": 90.0, "gap": None if lap is None else lap - 90.0}}  # fmt: skip
+        out["transfer_gap"] = {"nominal": g, "ice": g}
+    return out
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """A complete workspace: four families, oracle, direct (reached the lap) and pid."""
+    m = tmp_path / "metrics"
+    for fam in ADE2:
+        _write(m / "distill" / f"{fam}.json", _distill(ADE2[fam], DISTILL_WALL[fam]))
+        _write(m / "eval" / f"{fam}.json", _eval(COMPLETION[fam], COMPLETION[fam]))
+        _write(m / "train" / f"{fam}.json", {"family": fam, "train": {"wall_s": RL_WALL[fam], "env_steps": 10**6}})
+    _write(m / "eval" / "oracle.json", _eval(1.0, 1.0, 90.0))
+    _write(m / "train" / "oracle.json", {"family": "oracle", "train": {"wall_s": 25.0}})
+    _write(m / "eval" / "direct.json", _eval(1.0, 0.0, gap=False))
+    _write(m / "train" / "direct.json", {"wall_s": 80.0, "budget_s": 300.0, "env_steps": 12000, "env_steps_per_s": 150.0, "workers": 2})
+    _write(m / "eval" / "pid.json", _eval(1.0, 1.0, 120.0, gap=False))
+    manifest = {"control_dt": 0.1, "rows": 5000, "wall_seconds_this_run": 100.0, "simulator": "mujoco", "params": {"collect": {"workers": 4}}}
+    _write(tmp_path / "data" / "rollouts" / "manifest.json", manifest)
+    return tmp_path
+
+
+def _strict(path: Path) -> Any:
+    def refuse(c: str) -> None:
+        raise ValueError(f"non-strict JSON constant {c}")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_table_joins_accuracy_and_quality(ws: Path) -> None:
+    rep = rp.build_report(ws / "metrics")
+    assert list(rep["rows"]) == ["bicycle", "ddm", "transformer", "dytr", "oracle", "direct", "pid"]
+    ddm = rep["rows"]["ddm"]
+    assert ddm["prediction"]["ade_2s_all"] == 0.2 and ddm["prediction"]["ade_1s_ice"] == 0.2 and ddm["prediction"]["ade_2s_ice"] == 0.4
+    assert ddm["policy"]["nominal"]["completion_rate"] == 1.0 and ddm["policy"]["ice"]["patch_crossing_rate"] == 0.5
+    assert ddm["transfer_gap"]["nominal"] == {"completion_rate": 0.0, "lap_time_s": 10.0, "mean_speed_mps": None}
+    assert rep["rows"]["oracle"]["prediction_from"] == "dytr"  # the oracle drives dytr's model
+    assert rep["rows"]["oracle"]["prediction"]["ade_2s_all"] == 0.3
+    assert rep["rows"]["pid"]["prediction"]["ade_2s_all"] is None
+
+    rows = {r[0]: r for r in rp.main_rows(rep)}
+    assert rows["ddm"][1:5] == ["0.10", "0.20", "0.20", "0.40"]
+    assert rows["ddm"][5:9] == ["100%", "100%", "100.0 ± 1.0", "100.0 ± 1.0"]
+    assert rows["ddm"][12] == "+0% / +10.0 s" and rows["ddm"][14] == "1.0"
+    assert rows["pid"][1] == rp.DASH and rows["pid"][12] == rp.DASH and rows["pid"][14] == rp.DASH
+    assert "oracle (dytr model)" in rows
+    assert rows["bicycle"][7] == "100.0 ± 1.0"
+    table = rp.report_table(rep)
+    assert table.row_count == 7 and len(table.columns) == len(rp.MAIN_COLUMNS)
+
+
+@pytest.mark.parametrize(("completion", "rho"), [(COMPLETION, 1.0), ({f: 1.25 - c for f, c in COMPLETION.items()}, -1.0)])
+def test_spearman_sign_convention(ws: Path, completion: dict[str, float], rho: float) -> None:
+    """+1: the most accurate family drives best; -1: the least accurate drives best."""
+    for fam, c in completion.items():
+        _write(ws / "metrics" / "eval" / f"{fam}.json", _eval(c, c))
+    corr = rp.build_report(ws / "metrics")["correlation"]
+    assert corr["headline"] == "ade_2s_all"
+    assert corr["ade_2s_all"]["rho"] == pytest.approx(rho) and corr["ade_2s_all"]["n"] == 4
+    assert corr["ade_2s_all"]["families"] == ["bicycle", "ddm", "transformer", "dytr"]
+
+
+def test_quality_ties_break_on_lap_time_and_average() -> None:
+    def row(score: float | None, nominal: float | None, ice: float | None) -> dict[str, Any]:
+        return {"quality": {"score": score}, "policy": {"nominal": {"lap_time_s": nominal}, "ice": {"lap_time_s": ice}}}
+
+    ranks = rp.quality_ranks({"a": row(1.0, 110.0, 150.0), "b": row(1.0, 100.0, 150.0), "c": row(0.5, None, None),
+                              "d": row(0.5, None, None), "e": row(None, 90.0, 90.0)})  # fmt: skip
+    assert ranks == {"b": 1.0, "a": 2.0, "c": 3.5, "d": 3.5}
+
+
+def test_spearman_needs_three_families_and_variation() -> None:
+    few = rp.spearman({"ddm": 0.1, "dytr": 0.2, "bicycle": None}, {"ddm": 1.0, "dytr": 2.0, "bicycle": 3.0})
+    assert few["rho"] is None and few["n"] == 2 and "3 families" in few["reason"]
+    flat = rp.spearman({"ddm": 0.1, "dytr": 0.2, "bicycle": 0.3}, {"ddm": 2.0, "dytr": 2.0, "bicycle": 2.0})
+    assert flat["rho"] is None and "policy quality" in flat["reason"]
+
+
+def test_efficiency_arithmetic(ws: Path) -> None:
+    eff = rp.build_report(ws / "metrics")["efficiency"]
+    assert eff["control_dt"] == 0.1
+    c, d = eff["collect"], eff["direct"]
+    assert c["wall_s"] == 100.0 and c["workers"] == 4 and c["real_time_car_s"] == pytest.approx(500.0)
+    assert c["real_time_wall_s"] == pytest.approx(125.0) and c["real_time_factor_per_worker"] == pytest.approx(1.25)
+    assert d["reached"] is True and d["t_to_policy_s"] == 80.0
+    assert d["real_time_wall_s"] == pytest.approx(600.0)  # 12000 steps x 0.1 s / 2 workers
+    ddm = eff["families"]["ddm"]
+    assert ddm["one_time_cost_s"] == 150.0  # collect 100 + distill 50
+    assert ddm["speedup"] == pytest.approx(4.0) and ddm["speedup_bound"] == "exact" and ddm["speedup_text"] == "4.0x"
+    assert ddm["break_even_n"] == pytest.approx(2.5) and ddm["break_even_policies"] == 3 and ddm["break_even_bound"] == "exact"
+    rt = eff["real_time"]["ddm"]
+    assert rt["one_time_cost_s"] == pytest.approx(175.0)  # 125 + 50
+    assert rt["speedup"] == pytest.approx(30.0)  # 600 / 20
+    assert rt["break_even_n"] == pytest.approx(175.0 / 580.0) and rt["break_even_policies"] == 1
+    assert eff["families"]["oracle"]["distill_wall_s"] == 70.0  # dytr's model
+    assert eff["families"]["dytr"]["break_even_n"] == pytest.approx(170.0 / 40.0)
+    rows = {r[0]: r for r in rp.efficiency_rows(rp.build_report(ws / "metrics"))}
+    assert rows["ddm"][1:6] == ["20 s", "80 s", "4.0x", "2.5 min", "3 (n = 2.50)"]
+
+
+def test_efficiency_bounds_when_direct_never_completes(ws: Path) -> None:
+    _write(ws / "metrics" / "eval" / "direct.json", _eval(0.0, 0.0, gap=False))
+    eff = rp.build_report(ws / "metrics")["efficiency"]
+    assert eff["direct"]["reached"] is False and eff["direct"]["t_to_policy_s"] == 300.0  # the budget
+    assert eff["direct"]["text"] == "not reached within 5.0 min"
+    ddm = eff["families"]["ddm"]
+    assert ddm["speedup"] == pytest.approx(15.0) and ddm["speedup_bound"] == "lower" and ddm["speedup_text"] == ">= 15.0x"
+    # t_direct > B, so n = C / (B - t) over-estimates: an upper bound
+    assert ddm["break_even_n"] == pytest.approx(150.0 / 280.0) and ddm["break_even_bound"] == "upper"
+    assert ddm["break_even_text"].startswith("<= 1 ")
+
+
+def test_efficiency_edge_cases() -> None:
+    assert rp.efficiency(20.0, False, 80.0, True, 150.0)["speedup_text"] == "not reached"
+    slower = rp.efficiency(100.0, True, 80.0, True, 150.0)
+    assert slower["speedup"] == pytest.approx(0.8) and slower["break_even_n"] is None and slower["break_even_text"].startswith("never")
+    unknown = rp.efficiency(20.0, True, None, None, 150.0)
+    assert unknown["speedup"] is None and unknown["speedup_text"] == rp.DASH and unknown["break_even_text"] == rp.DASH
+    no_cost = rp.efficiency(20.0, True, 80.0, True, None)
+    assert no_cost["speedup"] == pytest.approx(4.0) and no_cost["break_even_n"] is None
+
+
+def test_missing_inputs_are_not_measured(tmp_path: Path) -> None:
+    rep = rp.build_report(tmp_path / "metrics")
+    assert list(rep["rows"]) == ["bicycle", "ddm", "transformer", "dytr"]
+    assert all(v is None for r in rep["rows"].values() for v in r["prediction"].values())
+    assert rep["correlation"]["ade_2s_all"]["rho"] is None
+    eff = rep["efficiency"]
+    assert eff["control_dt"] is None and eff["collect"]["wall_s"] is None and eff["direct"]["reached"] is None
+    assert eff["families"]["ddm"]["speedup"] is None and eff["families"]["ddm"]["break_even_text"] == rp.DASH
+    assert any("manifest.json" in m for m in rep["missing"])
+    assert all(c == rp.DASH for r in rp.main_rows(rep) for c in r[1:])
+    paths = rp.write_report(rep, tmp_path / "metrics", tmp_path / "reports", tmp_path / "plots")
+    assert all(p.exists() for p in paths)
+    assert _strict(tmp_path / "metrics" / "report.json")["rows"]["ddm"]["quality"]["rank"] is None
+
+
+def test_nan_and_unknown_workers_never_become_numbers(ws: Path) -> None:
+    d = _distill(math.nan, 50.0)
+    (ws / "metrics" / "distill" / "ddm.json").write_text(json.dumps(d))  # NaN as Python's json writes it
+    _write(ws / "data" / "rollouts" / "manifest.json", {"control_dt": 0.1, "rows": 5000, "wall_seconds_this_run": 100.0, "params": {"collect": {"workers": 0}}})
+    (ws / "metrics" / "train" / "direct.json").unlink()
+    rep = rp.build_report(ws / "metrics")
+    assert rep["rows"]["ddm"]["prediction"]["ade_2s_all"] is None
+    assert rep["correlation"]["ade_2s_all"]["n"] == 3
+    c = rep["efficiency"]["collect"]
+    assert c["workers"] is None and c["real_time_wall_s"] is None and c["real_time_car_s"] == pytest.approx(500.0)
+    assert rep["efficiency"]["direct"]["reached"] is None and rep["efficiency"]["families"]["ddm"]["speedup"] is None
+    rp.write_report(rep, ws / "metrics", ws / "reports", ws / "plots")
+    _strict(ws / "metrics" / "report.json")
+
+
+def test_entry_point_writes_prints_and_logs(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from s3.platform import tracking
+
+    calls: list[tuple[str, str | None, dict[str, Any], list[Path]]] = []
+    monkeypatch.setattr(tracking, "log_stage_safely", lambda stage, fam, params, metrics, artifacts: calls.append((stage, fam, metrics, list(artifacts))) or "run")
+    console = Console(record=True, width=300)
+    rep = rp.report(ws / "metrics", ws / "reports", ws / "plots" / "report", console=console)
+    saved = _strict(ws / "metrics" / "report.json")
+    assert saved["rows"]["ddm"]["quality"]["rank"] == rep["rows"]["ddm"]["quality"]["rank"] == 1.0
+    md = (ws / "reports" / "report.md").read_text()
+    assert "![accuracy_vs_quality](../plots/report/accuracy_vs_quality.png)" in md
+    assert "| ddm | 0.10 | 0.20 |" in md and "## Definitions" in md and "rho = +1.00" in md
+    assert (ws / "plots" / "report" / "accuracy_vs_quality.png").stat().st_size > 1000
+    text = console.export_text()
+    assert "transformer" in text and "4.0x" in text
+    by_run = {fam: m for _, fam, m, _ in calls}
+    assert set(by_run) == {"bicycle", "ddm", "transformer", "dytr", "oracle", None}
+    assert by_run["ddm"]["prediction"]["ade_2s_all"] == 0.2 and by_run["ddm"]["policy"]["nominal"]["completion_rate"] == 1.0
+    assert by_run["ddm"]["efficiency"]["speedup"] == pytest.approx(4.0)
+    assert by_run[None]["correlation"]["ade_2s_all"]["rho"] == pytest.approx(1.0)
+    assert by_run[None]["baselines"]["pid"]["policy"]["ice"]["lap_time_s"] == 120.0
+    assert all(len(a) == 3 for *_, a in calls)
+
+
+def test_mlflow_is_off_inside_pytest(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("S3_MLFLOW", raising=False)
+    ids = rp.log_report_mlflow(rp.build_report(ws / "metrics"))
+    assert set(ids.values()) == {None}

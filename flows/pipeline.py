@@ -76,10 +76,25 @@ def stage_generations(root: str, targets: list[str] | None = None) -> list[list[
         return [sorted(s.name for s in gen) for gen in nx.topological_generations(sub)]
 
 
+def _stage_hash(st: Any) -> str | None:
+    """DVC's run-cache hash of the stage (command, dependency hashes, params, output paths).
+
+    DVC keeps stages with a `persist` output (collect: resumable rollouts) out of its run cache;
+    those are hashed the same way, since the key only has to say "same inputs".
+    """
+    from dvc.stage.cache import _can_hash, _get_cache_hash, _get_stage_hash
+    from dvc.stage.serialize import to_single_stage_lockfile
+
+    if _can_hash(st):
+        return _get_stage_hash(st)
+    hashed = st.cmd and st.deps and st.outs and all(d.protocol == "local" and d.get_hash() for d in st.deps)
+    if hashed and any(o.persist for o in st.outs):
+        return _get_cache_hash(to_single_stage_lockfile(st), key=True)
+    return None
+
+
 def _dvc_state(root: str, stage: str) -> tuple[str | None, bool]:
     """(DVC run-cache hash of the stage, whether DVC would re-run it)."""
-    from dvc.stage.cache import _can_hash, _get_stage_hash
-
     with _DVC_LOCK, _repo(root) as repo, repo.lock:
         st = _stage(repo, stage)
         changed = bool(st.changed())
@@ -87,7 +102,7 @@ def _dvc_state(root: str, stage: str) -> tuple[str | None, bool]:
             st.save_deps()
         except Exception:  # noqa: BLE001 - a missing input: no key, the run will say why
             return None, True
-        return (_get_stage_hash(st) if _can_hash(st) else None), changed
+        return _stage_hash(st), changed
 
 
 def _key(root: str, stage: str, stage_hash: str) -> str:

@@ -115,6 +115,17 @@ def test_quality_ties_break_on_lap_time_and_average() -> None:
     assert ranks == {"b": 1.0, "a": 2.0, "c": 3.5, "d": 3.5}
 
 
+def test_quality_ties_on_completion_break_on_the_lap_share_driven() -> None:
+    """Policies that never finish are still ordered: the one that drives further ranks better."""
+
+    def row(shares: tuple[float, float] | None) -> dict[str, Any]:
+        conds = dict(zip(("nominal", "ice"), shares or (None, None)))
+        return {"quality": {"score": 0.0}, "policy": {c: {"lap_time_s": None, "lap_share": v} for c, v in conds.items()}}
+
+    ranks = rp.quality_ranks({"far": row((0.6, 0.3)), "near": row((0.1, 0.1)), "mid": row((0.3, 0.2)), "unknown": row(None)})
+    assert ranks == {"far": 1.0, "mid": 2.0, "near": 3.0, "unknown": 4.0}
+
+
 def test_spearman_needs_three_families_and_variation() -> None:
     few = rp.spearman({"ddm": 0.1, "dytr": 0.2, "bicycle": None}, {"ddm": 1.0, "dytr": 2.0, "bicycle": 3.0})
     assert few["rho"] is None and few["n"] == 2 and "3 families" in few["reason"]

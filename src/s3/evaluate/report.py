@@ -49,7 +49,8 @@ DEFINITIONS = {
     "policy_quality": "the policy back in the source simulator on the held-out road course (nominal, and with "
     "seven ice patches): lap completion rate over starts x seeds, mean lap time of the completed laps",
     "quality_rank": "families ordered by mean completion rate ((nominal + ice) / 2, higher is better), ties broken "
-    "by the nominal then the ice lap time (shorter is better; no completed lap counts as slowest); rank 1 = best, "
+    "by the mean share of the lap driven before failing (nominal and ice; higher is better), then by the nominal "
+    "then the ice lap time (shorter is better; no completed lap counts as slowest); rank 1 = best, "
     "equal keys share their average rank",
     "spearman": "rho = Spearman rank correlation of (prediction error, quality rank) over the model families that "
     "have both; both are lower-is-better, so +1 = the family that predicts best also drives best, -1 = the reverse, "
@@ -143,6 +144,7 @@ def policy_columns(ev: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
             "runs": _get(s, "runs"),
             "lap_time_s": _num(_get(s, "lap_time_s", "mean")),
             "lap_time_ci95": [_num(c) for c in ci] if isinstance(ci, list) and len(ci) == 2 else None,
+            "lap_share": _num(_get(ev, "conditions", cond, "aggregate", "completion_fraction", "mean")),
             **{k: _num(_get(s, k, "mean")) for k in POLICY_KEYS},
         }
     return out
@@ -160,11 +162,13 @@ def quality_score(policy: Mapping[str, Any]) -> float | None:
 
 
 def quality_ranks(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """Rank 1 = best: higher mean completion, then shorter nominal, then ice lap time; ties averaged."""
+    """Rank 1 = best: higher mean completion, then lap share driven, then shorter nominal, then ice lap time; ties averaged."""
 
-    def key(r: Mapping[str, Any]) -> tuple[float, float, float]:
+    def key(r: Mapping[str, Any]) -> tuple[float, ...]:
+        shares = [_get(r, "policy", c, "lap_share") for c in CONDITIONS]
+        share = -sum(shares) / len(shares) if all(x is not None for x in shares) else 0.0
         laps = [_get(r, "policy", c, "lap_time_s") for c in CONDITIONS]
-        return (-r["quality"]["score"], *(math.inf if t is None else t for t in laps))
+        return (-r["quality"]["score"], share, *(math.inf if t is None else t for t in laps))
 
     scored = {n: key(r) for n, r in rows.items() if r["quality"]["score"] is not None}
     ordered = sorted(scored.values())

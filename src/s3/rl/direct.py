@@ -47,10 +47,9 @@ import torch
 from s3 import __version__
 from s3.io import json_safe, write_json_atomic
 from s3.rl import mlflow_logger as ml
-from s3.rl.env import REASONS, TIME_OUT
 from s3.rl.export import as_callable, deployable, save_policy
 from s3.rl.ppo import make_runner, quiet
-from s3.rl.rollout import EpisodeBatch
+from s3.rl.rollout import EpisodeBatch, lap_loop
 from s3.rl.source_env import SourceVecEnv, prestart, resolve_workers
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid
 from s3.rl.train import WRITER
@@ -78,29 +77,14 @@ def validate_source(actor: torch.nn.Module, env: SourceVecEnv, tracks: Sequence[
 
 def source_episodes(env: SourceVecEnv, policy: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor, limit: torch.Tensor) -> EpisodeBatch:
     """Drive every car of `env` from `obs` until its lap, failure or `limit` [N] steps (s3.rl.rollout's rules)."""
-    length, m = env.track_length(), env.num_envs
-    active, completed = torch.ones(m, dtype=torch.bool), torch.zeros(m, dtype=torch.bool)
-    lap_time, final, prev = torch.full((m,), float("nan")), torch.zeros(m), torch.zeros(m)
-    reason, steps = torch.full((m,), -1, dtype=torch.long), torch.zeros(m, dtype=torch.long)
-    for k in range(int(limit.max())):
-        td, _, _, extras = env.step(policy(obs), active)
-        obs, prog, why = td["policy"], extras["progress"], extras["reason"]
-        crossed = active & (prog >= length)
-        frac = ((length - prev) / (prog - prev).clamp(min=1e-6)).clamp(0.0, 1.0)
-        lap_time = torch.where(crossed, env.dt * (k + frac), lap_time)
-        ended = active & ~crossed & (why > 0) & (why != TIME_OUT)
-        reason = torch.where(crossed, 0, torch.where(ended, why, reason))
-        ended |= active & ~crossed & (k + 1 >= limit)  # out of time: reason stays "max_time"
-        completed |= crossed
-        final = torch.where(active, torch.where(crossed, length, prog), final)
-        steps = torch.where(active, k + 1, steps)
-        active &= ~(crossed | ended)
-        prev = prog
-        if not bool(active.any()):
-            break
-    names = ["lap", *REASONS[1:TIME_OUT]]
-    reasons = [names[r] if r >= 0 else "max_time" for r in reason.tolist()]
-    return EpisodeBatch(completed.numpy(), lap_time.numpy(), final.numpy(), length.numpy(), reasons, steps.numpy())
+
+    def step(active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        nonlocal obs
+        td, _, _, extras = env.step(policy(obs), active)  # finished cars stand still in their workers
+        obs = td["policy"]
+        return extras["progress"], extras["reason"]
+
+    return lap_loop(step, env.track_length(), limit, env.dt)
 
 
 class _Clock:

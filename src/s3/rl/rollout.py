@@ -110,7 +110,34 @@ def run_episodes(
     else:
         limit = torch.as_tensor(np.asarray(max_seconds, dtype=np.float32), device=dev).expand(m)
     limit_steps = torch.ceil(limit / env.dt).long()
-    n_steps = int(limit_steps.max())
+    frames = [_frame(env, 0.0)] if record else []
+
+    def step(active: Tensor) -> tuple[Tensor, Tensor]:
+        nonlocal obs
+        obs_td, _, _, extras = env.step(policy(obs))
+        obs = obs_td["policy"]
+        if record:
+            frames.append(_frame(env, env.dt * len(frames)))
+        return extras["progress"], extras["reason"]
+
+    out = lap_loop(step, length, limit_steps, env.dt)
+    if record:
+        trajectory = {key: torch.stack([f[key] for f in frames]).cpu().numpy() for key in TRAJECTORY_KEYS}
+        for arr in trajectory.values():  # freeze each car's trajectory after its episode ended
+            for i, last in enumerate(out.steps):
+                arr[last + 1 :, i] = arr[last, i]
+        out.trajectory = trajectory
+    return out
+
+
+def lap_loop(step: Callable[[Tensor], tuple[Tensor, Tensor]], length: Tensor, limit_steps: Tensor, dt: float) -> EpisodeBatch:
+    """Step M cars until each has lapped, failed or used its `limit_steps` [M].
+
+    `step(active [M] bool)` advances the env one control period and returns (net progress [M],
+    env reason code [M]); a car ends at the lap (its time interpolated across the line), at a
+    failure reason, or out of steps ("max_time"; an env time-out does not end it).
+    """
+    m, dev = len(length), length.device
     active = torch.ones(m, dtype=torch.bool, device=dev)
     completed = torch.zeros(m, dtype=torch.bool, device=dev)
     lap_time = torch.full((m,), float("nan"), device=dev)
@@ -118,14 +145,11 @@ def run_episodes(
     reason = torch.full((m,), -1, dtype=torch.long, device=dev)  # -1 running, 0 lap, else REASONS index
     steps = torch.zeros(m, dtype=torch.long, device=dev)
     prev = torch.zeros(m, device=dev)
-    frames = [_frame(env, 0.0)] if record else []
-    for k in range(n_steps):
-        obs_td, _, _, extras = env.step(policy(obs))
-        obs = obs_td["policy"]
-        prog, why = extras["progress"], extras["reason"]
+    for k in range(int(limit_steps.max())):
+        prog, why = step(active)
         crossed = active & (prog >= length)
         frac = ((length - prev) / (prog - prev).clamp(min=1e-6)).clamp(0.0, 1.0)
-        lap_time = torch.where(crossed, env.dt * (k + frac), lap_time)
+        lap_time = torch.where(crossed, dt * (k + frac), lap_time)
         ended = active & ~crossed & (why > 0) & (why != TIME_OUT)
         reason = torch.where(crossed, 0, torch.where(ended, why, reason))
         ended |= active & ~crossed & (k + 1 >= limit_steps)  # out of time: reason stays "max_time"
@@ -134,28 +158,16 @@ def run_episodes(
         steps = torch.where(active, k + 1, steps)
         active &= ~(crossed | ended)
         prev = prog
-        if record:
-            frames.append(_frame(env, env.dt * (k + 1)))
         if not bool(active.any()):
             break
     names = ["lap", *REASONS[1:TIME_OUT]]
-    reasons = [names[r] if r >= 0 else "max_time" for r in reason.tolist()]
-    trajectory = None
-    if record:
-        trajectory = {key: torch.stack([f[key] for f in frames]).cpu().numpy() for key in TRAJECTORY_KEYS}
-        # freeze each car's trajectory after its episode ended
-        last = steps.cpu().numpy()
-        for key, arr in trajectory.items():
-            for i in range(m):
-                arr[last[i] + 1 :, i] = arr[last[i], i]
     return EpisodeBatch(
         completed=completed.cpu().numpy(),
         lap_time=lap_time.cpu().numpy(),
         progress=final_progress.cpu().numpy(),
         lap_length=length.cpu().numpy(),
-        reason=reasons,
+        reason=[names[r] if r >= 0 else "max_time" for r in reason.tolist()],
         steps=steps.cpu().numpy(),
-        trajectory=trajectory,
     )
 
 

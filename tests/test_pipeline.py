@@ -75,7 +75,7 @@ def test_family_param_reruns_only_that_family(quick: dict) -> None:
         status = _dvc(ws, "status", "--json", env=env)
         assert status.returncode == 0, status.stderr
         assert set(json.loads(status.stdout)) == {"distill@transformer"}
-        params.write_text(orig.replace("history: 4", "history: 5"))
+        params.write_text(orig.replace("\n  history: 4\n", "\n  history: 5\n"))  # distill.history, not train.env.obs_history
         changed = set(json.loads(_dvc(ws, "status", "--json", env=env).stdout))
         assert changed == {f"distill@{f}" for f in FAMILIES}
     finally:

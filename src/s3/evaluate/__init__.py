@@ -6,6 +6,9 @@
     run.py           run_lap(sim, track, driver, ...) -> RunResult (one deterministic lap)
     metrics.py       run_metrics (per run), aggregate / mean_ci (95 % Student-t over starts x seeds)
     evaluate.py      evaluate_driver(...) -> metrics/eval/<name>.json + plots; evaluate_baseline("pid")
+    policy_eval.py   evaluate_policy(...): evaluate_driver + the same starts in the policy's distilled env
+                     (the transfer gap)
+    report.py        s3 report: prediction accuracy vs policy quality, efficiency, report.json / report.md
     plots.py         trajectories on the track, speed/steering traces, top-down lap GIF
     tune_pid.py      the pid baseline's tuning aid, on procedural tracks only
 """

@@ -54,7 +54,8 @@ def start_perturbation(seed: int, start_index: int, ep: EvaluateParams) -> tuple
     )
 
 
-def _resolve(params: Any, eval_params: EvaluateParams | None) -> EvaluateParams:
+def eval_params_of(params: Any, eval_params: EvaluateParams | None = None) -> EvaluateParams:
+    """`eval_params` if given, else the root Params' `evaluate` section, else the defaults."""
     if eval_params is not None:
         return eval_params
     ep = getattr(params, "evaluate", None)
@@ -155,7 +156,7 @@ def evaluate_driver(
     `eval_params` defaults to `params.evaluate` when the root Params has that section, else to
     EvaluateParams(). Returns the dict written to `out_json`; plots are skipped when plots_dir is None.
     """
-    ep = _resolve(params, eval_params)
+    ep = eval_params_of(params, eval_params)
     t_start = time.perf_counter()
     simulator = _Simulator(params, driver_factory)
     simulator.connect()
@@ -281,7 +282,7 @@ def evaluate_baseline(name: str, params: Any, out_json: str | Path, plots_dir: s
     """Evaluate a registered no-learning baseline (`pid`) the same way as any policy."""
     if name not in BASELINES:
         raise ValueError(f"unknown baseline {name!r}; known: {', '.join(BASELINES)}")
-    ep = _resolve(params, eval_params)
+    ep = eval_params_of(params, eval_params)
     return evaluate_driver(name, BASELINES[name](ep), params, out_json, plots_dir, ep)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from s3.evaluate.evaluate import _resolve, evaluate_driver, start_perturbation, transfer_gap
+from s3.evaluate.evaluate import eval_params_of, evaluate_driver, start_perturbation, transfer_gap
 from s3.evaluate.policy_driver import policy_factory
 from s3.io import write_json_atomic
 from s3.tracks.road_course import road_course
@@ -38,7 +38,7 @@ def distilled_laps(folder: str | Path, params: Any, models_dir: str | Path | Non
     from s3.rl.export import load_policy_fn, policy_env_params
     from s3.rl.rollout import run_episodes
 
-    ep = _resolve(params, None)
+    ep = eval_params_of(params)
     policy, meta = load_policy_fn(folder)
     family = meta["family"]
     model_folder = Path(models_dir) / family if models_dir is not None else Path(meta["dynamics_model"]["folder"] or f"models/{family}")

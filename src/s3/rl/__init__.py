@@ -4,10 +4,14 @@ Public API (import from the submodules; this package imports nothing heavy itsel
     params.TrainParams                                   the `train:` section of params.yaml
     train.train(family, models_dir, out_dir, plots_dir, params, metrics_dir=None, run_id=None) -> summary
     train.train_many(families, models_dir, out_dir, plots_dir, params, metrics_dir=None) -> {family: summary}
+    stage.train_policies(names, root_params, models_dir, out_dir, plots_dir, metrics_dir)   families, oracle, direct
+    direct.train_direct(root_params, out_dir, plots_dir, metrics_dir) -> summary   PPO in the source simulator
+    source_env.SourceVecEnv(tracks, sim_params, env_params, num_envs, workers)     the source simulator as a VecEnv
     bench.bench_env(family, models_dir, sizes=(256, 1024, 4096), device="cpu", params=None) -> dict
     env.DistilledEnv(model, tracks, params, num_envs=None, device="cpu", seed=0)   rsl_rl VecEnv
     rollout.drive_lap(policy, model, track, env_params, start_s=0, start_speed=0) -> LapResult
     rollout.run_episodes(policy, model, tracks, track_index, start_s, ...) -> EpisodeBatch
+    rollout.lap_loop(step, length, limit_steps, dt) -> EpisodeBatch   the lap/failure bookkeeping of both
     env.ObservationBuilder(tracks, env_params, num_cars=1)   the same observation for cars driven elsewhere
     export.load_policy_fn(folder) -> (obs -> command callable, policy.json)
     export.policy_env_params(policy_json) -> EnvParams    (build observations with the policy's own params)

@@ -144,21 +144,8 @@ def train_direct(
     torch.manual_seed(tp.seed)
     np.random.seed(tp.seed)
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if tp.progress_bar else (lambda msg: None)
-    uri = ml.tracking_uri()
-    own_run = run_id is None
-    if own_run:
-        client, run_id = ml.start_run(tp.mlflow_experiment, f"train-{NAME}", {"s3.stage": "train", "s3.family": NAME}, uri)
-    else:
-        client = ml.client(uri)
-    assert run_id is not None
-    status = "FAILED"
-    try:
-        summary = _train_direct(params, Path(out_dir), plots_dir, metrics_dir, clock, run_id, client, uri, say)
-        status = "FINISHED"
-        return summary
-    finally:
-        if own_run:
-            client.set_terminated(run_id, status=status)
+    with ml.train_run(tp.mlflow_experiment, NAME, run_id) as (client, run_id, uri):
+        return _train_direct(params, Path(out_dir), plots_dir, metrics_dir, clock, run_id, client, uri, say)
 
 
 def _train_direct(

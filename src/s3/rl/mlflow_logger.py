@@ -12,10 +12,12 @@ The tracking URI is always set explicitly: $MLFLOW_TRACKING_URI, else sqlite:///
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,23 @@ def start_run(experiment: str, run_name: str, tags: dict[str, str] | None = None
     exp_id = exp.experiment_id if exp is not None else c.create_experiment(experiment, artifact_location=artifact_location(uri))
     run = c.create_run(exp_id, run_name=run_name, tags=tags or {})
     return c, run.info.run_id
+
+
+@contextlib.contextmanager
+def train_run(experiment: str, name: str, run_id: str | None = None) -> Iterator[tuple[Any, str, str]]:
+    """(client, run_id, tracking uri) for a training run: `run_id` if given (its owner ends it),
+    else a new run `train-<name>` that ends FINISHED with the block, or FAILED if it raises."""
+    uri = tracking_uri()
+    if run_id is not None:
+        yield client(uri), run_id, uri
+        return
+    c, rid = start_run(experiment, f"train-{name}", {"s3.stage": "train", "s3.family": name}, uri)
+    status = "FAILED"
+    try:
+        yield c, rid, uri
+        status = "FINISHED"
+    finally:
+        c.set_terminated(rid, status=status)
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:

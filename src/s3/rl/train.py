@@ -180,21 +180,8 @@ def train_policy(
     pool = TrackPool(params.tracks, params.seed)
     env = DistilledEnv(model, pool.tracks, params.env, device=device, seed=params.seed)
 
-    uri = ml.tracking_uri()
-    own_run = run_id is None
-    if own_run:
-        client, run_id = ml.start_run(params.mlflow_experiment, f"train-{family}", {"s3.stage": "train", "s3.family": family}, uri)
-    else:
-        client = ml.client(uri)
-    assert run_id is not None
-    status = "FAILED"
-    try:
-        summary = _train(model, env, pool, folder, plot_path, params, family, run_id, client, uri, model_folder, device, t_start, say)
-        status = "FINISHED"
-        return summary
-    finally:
-        if own_run:
-            client.set_terminated(run_id, status=status)
+    with ml.train_run(params.mlflow_experiment, family, run_id) as (client, run_id, uri):
+        return _train(model, env, pool, folder, plot_path, params, family, run_id, client, uri, model_folder, device, t_start, say)
 
 
 def _train(

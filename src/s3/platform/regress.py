@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from s3.platform.tracking import flatten
+
 
 class RegressParams(BaseModel):
     """Tolerances of `s3 regress` and the nightly regression flow."""
@@ -67,16 +69,6 @@ class Check:
         return f"{'ok  ' if self.ok else 'FAIL'} {self.kind:<10} {self.file} {self.key}: {f(self.baseline)} -> {f(self.current)}{change}{bound}"
 
 
-def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-    elif prefix:
-        out[prefix[:-1]] = d
-    return out
-
-
 def _kind(file: str, key: str, p: RegressParams) -> Kind | None:
     def any_match(name: str, pats: list[str]) -> bool:
         return any(fnmatch.fnmatchcase(name, pat) for pat in pats)
@@ -103,7 +95,7 @@ def tracked_metrics(files: dict[str, dict[str, Any]], p: RegressParams) -> dict[
     """{file: {key: value}} of the metrics the tolerances speak about."""
     out: dict[str, dict[str, float | None]] = {}
     for file, data in sorted(files.items()):
-        keys = {k: _num(v) for k, v in flatten(data).items() if _kind(file, k, p)}
+        keys = {k: _num(v) for k, v in (flatten(data) if isinstance(data, dict) else {}).items() if _kind(file, k, p)}
         if keys:
             out[file] = keys
     return out

@@ -23,6 +23,8 @@ from typing import Any
 
 from rsl_rl.utils.log_writer import LogWriter
 
+from s3.platform.tracking import flatten
+
 _CURVES: dict[str, list[tuple[str, int, float]]] = defaultdict(list)
 
 
@@ -72,22 +74,10 @@ def train_run(experiment: str, name: str, run_id: str | None = None) -> Iterator
         c.set_terminated(rid, status=status)
 
 
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """Nested params -> {"a.b.c": "value"} (MLflow params are flat strings)."""
-    out: dict[str, str] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = str(v)[:6000]
-    return out
-
-
 def log_params(c: Any, run_id: str, params: dict[str, Any], prefix: str = "") -> None:
     from mlflow.entities import Param
 
-    items = [Param(k, v) for k, v in flatten(params, prefix).items()]
+    items = [Param(k, str(v)[:6000]) for k, v in flatten(params, prefix).items()]  # MLflow params are flat strings
     for i in range(0, len(items), 100):
         c.log_batch(run_id, params=items[i : i + 100])
 

@@ -177,6 +177,24 @@ def test_bf16_is_an_opt_in_setting() -> None:
     assert 0 < ((fast - exact) / model.norm.delta_std).abs().max() < 0.5  # bf16 rounding, not a bug
 
 
+def test_compile_is_an_opt_in_setting_that_matches_eager(tracks) -> None:
+    model = perturbed(DyTrModel(10, 0.1, True), seed=4)
+    n = TR_CHUNK + 45  # one compiled chunk, an eager remainder
+    hs, ha, a, mu = random_inputs(n, seed=4)
+    assert DynamicsModel.inference_compile is False and EnvParams().compile_model is False
+    with torch.inference_mode():
+        exact = model.step(hs, ha, a, mu)
+        model.inference_compile = True
+        assert_close(model.step(hs, ha, a, mu), exact)
+    assert model.net._compiled is not None and model.net._compiled != model.net._forward
+    with torch.no_grad(), torch.enable_grad():  # training never goes through the compiled graph
+        assert_close(model.step(hs, ha, a, mu), exact)
+    env = DistilledEnv(model, tracks, EnvParams(num_envs=8, compile_model=False), seed=0)
+    assert model.inference_compile is False
+    DistilledEnv(model, tracks, EnvParams(num_envs=8, compile_model=True), seed=0)
+    assert model.inference_compile is True and env.model is model
+
+
 # ---------------------------------------------------------------------------- tracks
 @pytest.fixture(scope="module")
 def batch() -> TrackBatch:

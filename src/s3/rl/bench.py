@@ -89,6 +89,7 @@ def bench_env(
         "memory_kind": "cuda_max_allocated" if dev.type == "cuda" else "process_max_rss",
         "num_steps_per_env": params.ppo.num_steps_per_env,
         "policy": params.ppo.policy,
+        "compile_model": params.env.compile_model,
     }
     g = torch.Generator(device=dev)
     g.manual_seed(0)

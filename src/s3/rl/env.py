@@ -163,6 +163,7 @@ class DistilledEnv(VecEnv):
         self.params = params = params or EnvParams()
         self.device = resolve_device(device)
         self.model = model.to(self.device).eval()
+        self.model.inference_compile = params.compile_model
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.dt = float(model.dt)

@@ -189,6 +189,14 @@ def test_compile_is_an_opt_in_setting_that_matches_eager(tracks) -> None:
     assert model.net._compiled is not None and model.net._compiled != model.net._forward
     with torch.no_grad(), torch.enable_grad():  # training never goes through the compiled graph
         assert_close(model.step(hs, ha, a, mu), exact)
+
+    def broken(*args: object) -> torch.Tensor:
+        raise RuntimeError("no C++ compiler")
+
+    model.net._compiled = broken  # what a failed inductor build looks like at the first call
+    with torch.inference_mode(), pytest.warns(UserWarning, match="no C.. compiler"):
+        assert_close(model.step(hs, ha, a, mu), exact)
+    assert model.net._compiled == model.net._forward  # eager from then on
     env = DistilledEnv(model, tracks, EnvParams(num_envs=8, compile_model=False), seed=0)
     assert model.inference_compile is False
     DistilledEnv(model, tracks, EnvParams(num_envs=8, compile_model=True), seed=0)

@@ -56,7 +56,7 @@ class EnvParams(_Section):
     init_heading: float = Field(0.15, ge=0.0, le=1.0, description="initial heading error range (rad, uniform +-)")
     projection_window: int = Field(8, ge=2, le=256, description="segments searched either side of the last projection")
     track_ds: float = Field(1.0, gt=0.05, le=10.0, description="resampling of the tracks inside the env (m)")
-    compile_model: bool = Field(False, description="torch.compile the transformer families' network (~2x env steps/s on CPU; pays a compile on the first step)")
+    compile_model: bool = Field(False, description="torch.compile the transformer families' network (~1.2-1.3x env steps/s on CPU; compiles on the first step)")
     reward: RewardParams = RewardParams()
 
     @model_validator(mode="after")

@@ -27,6 +27,12 @@ def test_track_show_plots_the_road_course(tmp_path: Path) -> None:
     assert out.stat().st_size > 10_000
 
 
+def test_bench_env_refuses_a_bad_size() -> None:
+    result = CliRunner().invoke(app, ["bench", "env", "--family", "bicycle", "--seconds", "0", "--size", "0"])
+    assert result.exit_code != 0
+    assert "--size must be >= 1" in result.output
+
+
 def test_bench_sim_prints_one_json_object() -> None:
     result = CliRunner().invoke(app, ["bench", "sim", "--json", "--seconds", "0.3"])
     assert result.exit_code == 0, result.output

@@ -255,11 +255,12 @@ def bench_env(
     family: Annotated[str, typer.Option(help="model family whose models/<family>/ to step")] = "bicycle",
     device: Annotated[str, typer.Option(help="cpu, cuda or auto")] = "auto",
     seconds: Annotated[float, typer.Option(help="wall seconds to time the source simulator (0 skips it)")] = 10.0,
+    size: Annotated[list[int] | None, typer.Option(help="number of cars N, repeatable (default 256, 1024, 4096; a GPU wants more)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
 ) -> None:
-    """Distilled-env and PPO steps/s at N = 256, 1024, 4096, against the source simulator.
+    """Distilled-env and PPO steps/s at N = 256, 1024, 4096 (or --size), against the source simulator.
 
     The same run measures the source simulator's single-process control steps/s and a PPO loop
     on it (one worker per core), and prints the ratios env_vs_source and ppo_vs_direct.
@@ -268,7 +269,9 @@ def bench_env(
 
     p = _params(params, set_)
     with _one_line_errors():
-        result = run_env(family, MODELS_DIR, device=device, params=p.train, sim=p.sim, source_seconds=seconds)
+        if size and min(size) < 1:
+            raise typer.BadParameter(f"--size must be >= 1, got {min(size)}")
+        result = run_env(family, MODELS_DIR, sizes=size or (256, 1024, 4096), device=device, params=p.train, sim=p.sim, source_seconds=seconds)
     if as_json:
         print(json.dumps(result))
     else:

@@ -10,6 +10,7 @@ Tolerance 1e-5 (absolute, float32); most are bit for bit. One torch thread, CPU,
 from __future__ import annotations
 
 import math
+import pickle
 
 import pytest
 import torch
@@ -187,6 +188,10 @@ def test_compile_is_an_opt_in_setting_that_matches_eager(tracks) -> None:
         model.inference_compile = True
         assert_close(model.step(hs, ha, a, mu), exact)
     assert model.net._compiled is not None and model.net._compiled != model.net._forward
+    clone = pickle.loads(pickle.dumps(model))  # e.g. to a worker process: without the compiled function
+    assert clone.net._compiled is None and clone.inference_compile
+    with torch.inference_mode():
+        assert_close(clone.step(hs, ha, a, mu), exact)
     with torch.no_grad(), torch.enable_grad():  # training never goes through the compiled graph
         assert_close(model.step(hs, ha, a, mu), exact)
 

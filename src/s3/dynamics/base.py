@@ -83,10 +83,10 @@ class DynamicsModel(nn.Module):
     `inference_compile` (default False; a setting, switched on by `train.env.compile_model`):
     without autograd, the transformer families run their network through `torch.compile` in
     cache-sized chunks, with attention written out so that inductor fuses it (transformer.attention).
-    Measured on the 2-core CPU at N = 4096, one thread: their model step 1.4-1.5x faster, outputs
-    within 2e-6; the first step pays the compile (seconds with a warm inductor cache, up to ~1.5
-    min cold on a loaded machine). The GRU (ddm) and the single-track integrator measured no gain
-    (0.7-0.9x), so they stay eager.
+    Measured on the 2-core CPU at N = 4096, one thread: 1.20x (transformer) and 1.28x (dytr) the
+    env steps/s of eager, outputs within 2e-6; the first step pays the compile (seconds with a
+    warm inductor cache, up to ~1.5 min cold on a loaded machine). The GRU (ddm) and the
+    single-track integrator measured no gain (0.7-0.9x), so they stay eager.
     """
 
     family: ClassVar[str] = "base"

@@ -10,7 +10,7 @@ chunks of `INFERENCE_CHUNK` sequences: the activations of one chunk stay in the 
 instead of streaming [N, K, D] tensors through memory (and page faults) for every op. The
 optional bfloat16 autocast (`DynamicsModel.inference_bf16`, off by default) trades accuracy for
 speed: see base.py. `DynamicsModel.inference_compile` runs each chunk through `torch.compile`
-(inductor fuses the LayerNorm, attention and GELU element-wise work that dominates at d = 64).
+(inductor fuses the LayerNorm, attention and GELU work around the matmuls).
 """
 
 from __future__ import annotations
@@ -89,6 +89,10 @@ class CausalTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, heads, mlp_ratio) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d_model)
         self._compiled: Callable[..., Tensor] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles without the compiled function (it is rebuilt on first use)."""
+        return {**self.__dict__, "_compiled": None}
 
     def _chunk_forward(self, compiled: bool) -> Callable[..., Tensor]:
         """`_forward`, or its `torch.compile`d version (built once; chunks share one shape)."""

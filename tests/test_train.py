@@ -1,18 +1,16 @@
 """Tests of PPO in the distilled environment: a tiny training run, the saved and exported policy,
-MLflow logging and the throughput benchmark. One torch thread, a bicycle fitted on synthetic data."""
+MLflow logging and the throughput benchmark. One torch thread, a bicycle fitted on synthetic data
+(the `bicycle` and `root` fixtures are in conftest.py)."""
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
 
-from s3.dynamics.bicycle import BicycleModel, fit_bicycle
 from s3.dynamics.checkpoint import save_checkpoint
-from s3.dynamics.synthetic import generate_rollouts
 from s3.rl.bench import bench_env
 from s3.rl.env import DistilledEnv, policy_to_command
 from s3.rl.export import SCRIPT, WEIGHTS, as_callable, deployable, load_actor, load_exported, load_policy_fn, save_policy
@@ -38,30 +36,8 @@ TINY = {
 
 
 @pytest.fixture(scope="module")
-def bicycle() -> BicycleModel:
-    """A bicycle fitted on synthetic rollouts of the known single-track car (as in test_rl_env)."""
-    df = generate_rollouts(n_episodes=16, episode_steps=200, seed=1).sort_values(["episode", "step"])
-    s = df[["vx", "vy", "yaw_rate", "steer"]].to_numpy(np.float32)
-    a = df[["steering_cmd", "throttle_cmd", "brake_cmd"]].to_numpy(np.float32)
-    same = df["episode"].to_numpy()[1:] == df["episode"].to_numpy()[:-1]
-    fit = fit_bicycle(s[:-1][same], a[:-1][same], s[1:][same], 0.1, df["mu_mean"].to_numpy()[:-1][same] >= 0.5)
-    return BicycleModel(history=5, dt=0.1, use_mu=False, fit=fit)
-
-
-@pytest.fixture(scope="module")
 def tracks() -> list:
     return [procedural_track(i) for i in range(3)]
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory):
-    """A workspace with its own MLflow database (and the cwd there, so nothing lands in the repo)."""
-    root = tmp_path_factory.mktemp("train")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-    mp.chdir(root)
-    yield root
-    mp.undo()
 
 
 @pytest.fixture(scope="module")

@@ -47,25 +47,33 @@ def client(uri: str | None = None) -> Any:
     return MlflowClient(tracking_uri=uri or tracking_uri())
 
 
+def ensure_experiment(experiment: str, uri: str | None = None) -> str:
+    """Create the tracking database (its schema migration) and `experiment` now, so that worker
+    processes starting runs together do not race to create them; returns the experiment id."""
+    uri = uri or tracking_uri()
+    c = client(uri)
+    exp = c.get_experiment_by_name(experiment)
+    return exp.experiment_id if exp is not None else c.create_experiment(experiment, artifact_location=artifact_location(uri))
+
+
 def start_run(experiment: str, run_name: str, tags: dict[str, str] | None = None, uri: str | None = None) -> tuple[Any, str]:
     """(client, run_id) of a new run in `experiment` (created if missing)."""
     uri = uri or tracking_uri()
     c = client(uri)
-    exp = c.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp is not None else c.create_experiment(experiment, artifact_location=artifact_location(uri))
-    run = c.create_run(exp_id, run_name=run_name, tags=tags or {})
+    run = c.create_run(ensure_experiment(experiment, uri), run_name=run_name, tags=tags or {})
     return c, run.info.run_id
 
 
 @contextlib.contextmanager
-def train_run(experiment: str, name: str, run_id: str | None = None) -> Iterator[tuple[Any, str, str]]:
+def train_run(experiment: str, name: str, run_id: str | None = None, run_name: str | None = None) -> Iterator[tuple[Any, str, str]]:
     """(client, run_id, tracking uri) for a training run: `run_id` if given (its owner ends it),
-    else a new run `train-<name>` that ends FINISHED with the block, or FAILED if it raises."""
+    else a new run `train-<run_name or name>` (tagged s3.family = name) that ends FINISHED with
+    the block, or FAILED if it raises."""
     uri = tracking_uri()
     if run_id is not None:
         yield client(uri), run_id, uri
         return
-    c, rid = start_run(experiment, f"train-{name}", {"s3.stage": "train", "s3.family": name}, uri)
+    c, rid = start_run(experiment, f"train-{run_name or name}", {"s3.stage": "train", "s3.family": name}, uri)
     status = "FAILED"
     try:
         yield c, rid, uri
@@ -89,6 +97,11 @@ def log_metrics(c: Any, run_id: str, metrics: dict[str, float], step: int) -> No
     items = [Metric(k, float(v), now, int(step)) for k, v in metrics.items() if v is not None and math.isfinite(float(v))]
     if items:
         c.log_batch(run_id, metrics=items)
+
+
+def keep_curve(run_id: str, points: list[tuple[str, int, float]]) -> None:
+    """Adopt a curve recorded in another process (a seed trained in a worker, s3.rl.seeds)."""
+    _CURVES[run_id] = list(points)
 
 
 def curve(run_id: str) -> list[tuple[str, int, float]]:

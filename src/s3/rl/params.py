@@ -177,6 +177,14 @@ class TrainParams(_Section):
     """Everything the train stage needs besides the dynamics model."""
 
     seed: int = Field(0, ge=0, le=2**31 - 1)
+    seeds: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="independent PPO runs per policy (seeds seed, seed+1, ...), each for the full budget; the one with the best "
+        "score on the held-out procedural validation tracks (one set, shared by all) is kept (see s3.rl.seeds). `direct` always runs one",
+    )
+    seed_workers: int = Field(0, ge=0, le=64, description="seed runs trained at once, one process each (0 = as many as the CPU cores hold at torch_threads each)")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     torch_threads: int = Field(0, ge=0, le=256, description="torch intra-op threads (0 = torch default)")
     max_env_steps: int = Field(6_000_000, ge=1, le=10**11, description="stop after this many environment steps")
@@ -212,10 +220,13 @@ class TrainParams(_Section):
         return self
 
     def for_policy(self, name: str) -> TrainParams:
-        """These params with `per_policy[name]` merged in (the oracle always observes the surface)."""
+        """These params with `per_policy[name]` merged in (the oracle always observes the surface;
+        `direct` always trains one seed: its budget is the wall clock of the whole machine)."""
         tree = _merge(self.model_dump(exclude={"per_policy"}), self.per_policy.get(name, {}))
         if name == "oracle":
             tree["env"]["surface_label"] = True
+        if name == "direct":
+            tree["seeds"] = 1
         return TrainParams.model_validate(tree)
 
 

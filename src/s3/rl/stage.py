@@ -7,7 +7,8 @@
   friction under and ahead of the car): an upper bound on what knowing the surface buys;
 - `direct`: PPO in the source simulator itself for `train.direct.budget_s` (s3.rl.direct).
 Each gets `train.per_policy.<name>` merged over the shared train params, and writes
-<out_dir>/<name>/, <plots_dir>/<name>.png and <metrics_dir>/<name>.json.
+<out_dir>/<name>/, <plots_dir>/<name>.png and <metrics_dir>/<name>.json. With `train.seeds` > 1 a
+distilled-env policy trains that many seeds side by side and keeps the best (s3.rl.seeds).
 """
 
 from __future__ import annotations
@@ -44,8 +45,13 @@ def train_one(name: str, root: Any, models_dir: str | Path, out_dir: str | Path,
 
     family = tp.oracle_family if name == "oracle" else name
     model_folder = Path(models_dir) / family
-    model = load_checkpoint(model_folder, family, resolve_device(tp.device))
-    summary = train_policy(model, Path(out_dir) / name, Path(plots_dir) / f"{name}.png", tp, family, None, model_folder)
+    if tp.seeds > 1:
+        from s3.rl.seeds import train_seeds
+
+        summary = train_seeds(name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp)
+    else:
+        model = load_checkpoint(model_folder, family, resolve_device(tp.device))
+        summary = train_policy(model, Path(out_dir) / name, Path(plots_dir) / f"{name}.png", tp, family, None, model_folder)
     summary = {"policy": name, **summary}
     write_json_atomic(Path(metrics_dir) / f"{name}.json", summary)
     return summary

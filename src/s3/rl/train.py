@@ -55,7 +55,7 @@ from s3.rl.export import as_callable, deployable, save_policy
 from s3.rl.params import TrainParams
 from s3.rl.ppo import make_runner, quiet
 from s3.rl.rollout import drive_lap, run_episodes
-from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid
+from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid, validation_tracks
 from s3.tracks.road_course import road_course
 
 WRITER = "s3.rl.mlflow_logger:MLflowLogWriter"
@@ -163,9 +163,16 @@ def train_policy(
     family: str | None = None,
     run_id: str | None = None,
     model_folder: str | Path | None = None,
+    validation_seed: int | None = None,
+    run_name: str | None = None,
 ) -> dict[str, Any]:
-    """Train a policy in `model`'s distilled env and write it to `folder` (see the module docstring)."""
+    """Train a policy in `model`'s distilled env and write it to `folder` (see the module docstring).
+
+    `validation_seed` picks the held-out validation tracks (default: params.seed): runs of several
+    seeds share one set so that their scores compare. `run_name` names a new MLflow run (default: family).
+    """
     family = family or model.family
+    validation_seed = params.seed if validation_seed is None else int(validation_seed)
     folder = Path(folder)
     if params.torch_threads:
         torch.set_num_threads(params.torch_threads)
@@ -180,14 +187,17 @@ def train_policy(
     pool = TrackPool(params.tracks, params.seed)
     env = DistilledEnv(model, pool.tracks, params.env, device=device, seed=params.seed)
 
-    with ml.train_run(params.mlflow_experiment, family, run_id) as (client, run_id, uri):
-        return _train(model, env, pool, folder, plot_path, params, family, run_id, client, uri, model_folder, device, t_start, say)
+    val_tracks = validation_tracks(params.tracks, validation_seed)
+    with ml.train_run(params.mlflow_experiment, family, run_id, run_name) as (client, run_id, uri):
+        return _train(model, env, pool, val_tracks, validation_seed, folder, plot_path, params, family, run_id, client, uri, model_folder, device, t_start, say)
 
 
 def _train(
     model: DynamicsModel,
     env: DistilledEnv,
     pool: TrackPool,
+    val_tracks: list,
+    validation_seed: int,
     folder: Path,
     plot_path: str | Path | None,
     params: TrainParams,
@@ -201,7 +211,6 @@ def _train(
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """The body of train_policy, inside its MLflow run."""
-    val_tracks = pool.validation_tracks()
     ml.log_params(client, run_id, {"family": family, "train": params.model_dump(mode="json")})
     logger_cfg = {"class_name": WRITER, "run_id": run_id, "tracking_uri": uri}
 
@@ -314,7 +323,7 @@ def _train(
                 "score_definition": "mean share of a lap driven on held-out procedural tracks before failing or running out of time",
                 "iteration": best["iteration"],
                 "env_steps": best["env_steps"],
-                "track_seeds": [VALIDATION_SEED_BASE + params.seed * 1000 + i for i in range(params.tracks.validation_tracks)],
+                "track_seeds": [VALIDATION_SEED_BASE + validation_seed * 1000 + i for i in range(params.tracks.validation_tracks)],
                 "starts_per_track": params.tracks.validation_starts,
                 "min_speed_m_s": params.validation_min_speed,
                 **{k: v for k, v in best["summary"].items() if k not in ("score",)},

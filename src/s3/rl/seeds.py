@@ -1,0 +1,138 @@
+"""Several PPO seeds per policy, trained side by side; the best by procedural validation is kept.
+
+    train_seeds(name, family, model_folder, out_dir, plot_path, params) -> summary
+
+PPO in a distilled env is seed-sensitive: on the road course the same recipe gave lap times from
+125 s to 143 s across three seeds (README, "s3 evaluate"). A run uses one core (torch_threads=1),
+so on a multi-core machine K seeds cost the wall clock of one. Each seed k in
+(seed, seed + 1, ..., seed + seeds - 1) trains for the full budget in its own process
+(`seed_workers` at once), validating on the *same* held-out procedural tracks (those of `seed`),
+so their scores compare; the best score wins (ties: the lowest seed). The evaluation road course
+plays no part in the choice.
+
+Files. Candidates train in <out_dir>/.seeds/<name>/seed<k>/ (outside the DVC output, so that a
+killed run resumes: each keeps its own resume file, and a finished candidate whose params and
+dynamics model are unchanged is reused rather than retrained). When all are done, the winner is
+copied into <out_dir>/<name>/ (its policy.json gains "seed_selection"), every candidate moves to
+<out_dir>/<name>/seeds/seed<k>/, and the winner's learning curve becomes `plot_path`. Each
+candidate has its own MLflow run (train-<family>-seed<k>); the summary's mlflow_run_id is the
+winner's.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from s3.io import atomic_path, write_json_atomic
+from s3.rl import mlflow_logger as ml
+from s3.rl.export import META, SCRIPT, WEIGHTS
+from s3.rl.params import TrainParams
+
+CANDIDATES = ".seeds"
+
+
+def seed_workers(params: TrainParams) -> int:
+    """How many seed runs train at once: `seed_workers`, else as many as the cores hold."""
+    if params.seed_workers:
+        return min(params.seed_workers, params.seeds)
+    cores = os.cpu_count() or 1
+    per_run = params.torch_threads or cores  # torch's default uses every core
+    return max(1, min(params.seeds, cores // per_run))
+
+
+def _sha256(path: Path) -> str | None:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def _finished(folder: Path, params: TrainParams, model_folder: Path) -> dict[str, Any] | None:
+    """The summary of a candidate already trained with these params on this model, else None."""
+    try:
+        meta = json.loads((folder / META).read_text())
+    except (OSError, ValueError):
+        return None
+    same_model = meta.get("dynamics_model", {}).get("sha256") == _sha256(model_folder / "model.safetensors")
+    if meta.get("params") != params.model_dump(mode="json") or not same_model or not (folder / SCRIPT).exists():
+        return None
+    return {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
+
+
+def _train_candidate(family: str, model_folder: str, folder: str, plot_path: str, params: TrainParams, validation_seed: int) -> tuple[dict[str, Any], list]:
+    """One seed, in a worker process: (summary, learning curve)."""
+    from s3.dynamics.checkpoint import load_checkpoint
+    from s3.rl.env import resolve_device
+    from s3.rl.train import train_policy
+
+    model = load_checkpoint(Path(model_folder), family, resolve_device(params.device))
+    summary = train_policy(model, folder, plot_path, params, family, None, model_folder, validation_seed, f"{family}-seed{params.seed}")
+    return summary, ml.curve(summary["mlflow_run_id"])
+
+
+def _copy(src: Path, dst: Path) -> None:
+    with atomic_path(dst) as tmp:
+        shutil.copyfile(src, tmp)
+
+
+def train_seeds(name: str, family: str, model_folder: str | Path, out_dir: str | Path, plot_path: str | Path, params: TrainParams) -> dict[str, Any]:
+    """Train params.seeds seeds of policy `name` in `family`'s env; keep the best (module docstring)."""
+    t0 = time.perf_counter()
+    model_folder, out_dir = Path(model_folder), Path(out_dir)
+    root = out_dir / CANDIDATES / name
+    runs = [params.model_copy(update={"seed": params.seed + k}) for k in range(params.seeds)]
+    results: dict[int, dict[str, Any]] = {}
+    todo = []
+    for p in runs:
+        done = _finished(root / f"seed{p.seed}", p, model_folder)
+        if done is not None:
+            results[p.seed] = done
+        else:
+            todo.append(p)
+    if todo:
+        ml.ensure_experiment(params.mlflow_experiment)
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch threads or MLflow clients
+        with ProcessPoolExecutor(seed_workers(params), mp_context=ctx) as pool:
+            futures = {
+                p.seed: pool.submit(_train_candidate, family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}.png"), p, params.seed)
+                for p in todo
+            }
+            for seed, fut in futures.items():
+                summary, curve = fut.result()
+                results[seed] = summary
+                ml.keep_curve(summary["mlflow_run_id"], curve)  # the CLI logs the winner's curve from here
+    table = [
+        {"seed": s, "validation_score": r["validation"]["score"], "iteration": r["validation"]["iteration"], "env_steps": r["train"]["env_steps"],
+         "wall_s": r["train"]["wall_s"], "mlflow_run_id": r["mlflow_run_id"]}
+        for s, r in sorted(results.items())
+    ]  # fmt: skip
+    best = max(sorted(results), key=lambda s: (results[s]["validation"]["score"], -s))
+    selection = {
+        "selected_seed": best,
+        "rule": "best validation score on the shared held-out procedural tracks (ties: lowest seed); the road course is not used",
+        "seeds": table,
+    }
+    final = out_dir / name
+    src = root / f"seed{best}"
+    for f in (WEIGHTS, SCRIPT):
+        _copy(src / f, final / f)
+    meta = json.loads((src / META).read_text())
+    write_json_atomic(final / META, {**meta, "seed_selection": selection})
+    if (root / f"seed{best}.png").exists():
+        _copy(root / f"seed{best}.png", Path(plot_path))
+    shutil.rmtree(final / "seeds", ignore_errors=True)
+    (final / "seeds").mkdir(parents=True)
+    for s in sorted(results):
+        shutil.move(str(root / f"seed{s}"), str(final / "seeds" / f"seed{s}"))
+    shutil.rmtree(root, ignore_errors=True)
+    try:
+        (out_dir / CANDIDATES).rmdir()
+    except OSError:  # other policies' candidates are still there
+        pass
+    return {**results[best], "seed_selection": {**selection, "wall_s": round(time.perf_counter() - t0, 1), "workers": seed_workers(params)}}

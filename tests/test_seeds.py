@@ -1,0 +1,88 @@
+"""Several PPO seeds per policy (s3.rl.seeds): trained in worker processes on shared validation
+tracks, the best kept, every candidate kept beside it, finished candidates reused."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from s3.dynamics.checkpoint import save_checkpoint
+from s3.rl.export import SCRIPT, WEIGHTS
+from s3.rl.params import TrainParams
+from s3.rl.seeds import CANDIDATES, _finished, seed_workers, train_seeds
+from test_train import TINY  # pytest puts tests/ on sys.path; the fixtures are in conftest.py
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def two_seeds(bicycle, root) -> dict:
+    save_checkpoint(bicycle, root / "models" / "bicycle")
+    params = TrainParams.model_validate({**TINY, "max_env_steps": 128 * 16 * 16, "seeds": 2, "seed_workers": 2, "torch_threads": 1})
+    summary = train_seeds("bicycle", "bicycle", root / "models" / "bicycle", root / "policies", root / "plots" / "bicycle.png", params)
+    return {"root": root, "summary": summary, "params": params}
+
+
+def test_best_seed_is_kept_with_every_candidate_beside_it(two_seeds) -> None:
+    root, summary = two_seeds["root"], two_seeds["summary"]
+    final = root / "policies" / "bicycle"
+    sel = summary["seed_selection"]
+    scores = {row["seed"]: row["validation_score"] for row in sel["seeds"]}
+    assert sorted(scores) == [1, 2] and sel["workers"] == 2
+    best = max(sorted(scores), key=lambda s: (scores[s], -s))
+    assert sel["selected_seed"] == best and summary["validation"]["score"] == scores[best]
+    metas = {s: json.loads((final / "seeds" / f"seed{s}" / "policy.json").read_text()) for s in scores}
+    assert {s: m["params"]["seed"] for s, m in metas.items()} == {1: 1, 2: 2}
+    # one shared set of validation tracks (those of train.seed), so the scores compare
+    assert metas[1]["validation"]["track_seeds"] == metas[2]["validation"]["track_seeds"]
+    assert (final / WEIGHTS).read_bytes() == (final / "seeds" / f"seed{best}" / WEIGHTS).read_bytes()
+    assert (final / SCRIPT).read_bytes() == (final / "seeds" / f"seed{best}" / SCRIPT).read_bytes()
+    assert (final / WEIGHTS).read_bytes() != (final / "seeds" / f"seed{3 - best}" / WEIGHTS).read_bytes()
+    meta = json.loads((final / "policy.json").read_text())
+    assert meta["seed_selection"]["selected_seed"] == best and meta["params"]["seed"] == best
+    assert (root / "plots" / "bicycle.png").stat().st_size > 0
+    assert not (root / "policies" / CANDIDATES).exists()
+
+
+def test_each_seed_has_its_mlflow_run_and_the_winner_curve_is_kept(two_seeds) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from s3.rl.mlflow_logger import curve
+
+    root, summary = two_seeds["root"], two_seeds["summary"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    names = {}
+    for row in summary["seed_selection"]["seeds"]:
+        run = client.get_run(row["mlflow_run_id"])
+        names[row["seed"]] = run.info.run_name
+        assert run.info.status == "FINISHED" and len(client.get_metric_history(row["mlflow_run_id"], "val/score")) == 2
+    assert names == {1: "train-bicycle-seed1", 2: "train-bicycle-seed2"}
+    rewards = [v for t, _, v in curve(summary["mlflow_run_id"]) if t == "Train/mean_reward"]
+    assert len(rewards) == 16  # recorded in the worker, adopted by the parent for the stage's MLflow log
+
+
+def test_a_finished_candidate_is_reused_only_with_the_same_params_and_model(two_seeds, bicycle) -> None:
+    root, params = two_seeds["root"], two_seeds["params"]
+    folder = root / "policies" / "bicycle" / "seeds" / "seed2"
+    p2 = params.model_copy(update={"seed": 2})
+    done = _finished(folder, p2, root / "models" / "bicycle")
+    assert done is not None and done["validation"]["score"] == json.loads((folder / "policy.json").read_text())["validation"]["score"]
+    assert _finished(folder, params.model_copy(update={"seed": 2, "max_minutes": 9.0}), root / "models" / "bicycle") is None
+    other = root / "models_other" / "bicycle"
+    changed = copy.deepcopy(bicycle)
+    with torch.no_grad():
+        changed.coef[0] += 0.01  # not the model the candidate was trained on
+    save_checkpoint(changed, other)
+    assert _finished(folder, p2, other) is None
+
+
+def test_seed_params() -> None:
+    assert TrainParams(seeds=3, seed_workers=8).seeds == 3 and seed_workers(TrainParams(seeds=3, seed_workers=8)) == 3
+    assert seed_workers(TrainParams(seeds=4, torch_threads=0)) == 1  # torch's default threads fill the machine
+    assert TrainParams(seeds=3, per_policy={"ddm": {"seeds": 1}}).for_policy("ddm").seeds == 1
+    assert TrainParams(seeds=3).for_policy("direct").seeds == 1  # direct's budget is the whole machine's wall clock
+    with pytest.raises(ValueError, match="seeds"):
+        TrainParams(seeds=0)

@@ -43,7 +43,8 @@ def test_best_seed_is_kept_with_every_candidate_beside_it(two_seeds) -> None:
     assert (final / WEIGHTS).read_bytes() != (final / "seeds" / f"seed{3 - best}" / WEIGHTS).read_bytes()
     meta = json.loads((final / "policy.json").read_text())
     assert meta["seed_selection"]["selected_seed"] == best and meta["params"]["seed"] == best
-    assert (root / "plots" / "bicycle.png").stat().st_size > 0
+    assert (root / "plots" / "bicycle.png").read_bytes() == (final / "seeds" / f"seed{best}" / "learning_curve.png").read_bytes()
+    assert (final / "seeds" / f"seed{3 - best}" / "learning_curve.png").stat().st_size > 0
     assert not (root / "policies" / CANDIDATES).exists()
 
 
@@ -68,15 +69,17 @@ def test_a_finished_candidate_is_reused_only_with_the_same_params_and_model(two_
     root, params = two_seeds["root"], two_seeds["params"]
     folder = root / "policies" / "bicycle" / "seeds" / "seed2"
     p2 = params.model_copy(update={"seed": 2})
-    done = _finished(folder, p2, root / "models" / "bicycle")
+    done = _finished(folder, p2, root / "models" / "bicycle", 1)
     assert done is not None and done["validation"]["score"] == json.loads((folder / "policy.json").read_text())["validation"]["score"]
-    assert _finished(folder, params.model_copy(update={"seed": 2, "max_minutes": 9.0}), root / "models" / "bicycle") is None
+    assert _finished(folder, p2.model_copy(update={"progress_bar": True}), root / "models" / "bicycle", 1) is not None  # display only
+    assert _finished(folder, params.model_copy(update={"seed": 2, "max_minutes": 9.0}), root / "models" / "bicycle", 1) is None
     other = root / "models_other" / "bicycle"
     changed = copy.deepcopy(bicycle)
     with torch.no_grad():
         changed.coef[0] += 0.01  # not the model the candidate was trained on
     save_checkpoint(changed, other)
-    assert _finished(folder, p2, other) is None
+    assert _finished(folder, p2, other, 1) is None
+    assert _finished(folder, p2, root / "models" / "bicycle", 2) is None  # scored on other validation tracks
 
 
 def test_seed_params() -> None:

@@ -13,8 +13,8 @@ plays no part in the choice.
 Files. Candidates train in <out_dir>/.seeds/<name>/seed<k>/ (outside the DVC output, so that a
 killed run resumes: each keeps its own resume file, and a finished candidate whose params and
 dynamics model are unchanged is reused rather than retrained). When all are done, the winner is
-copied into <out_dir>/<name>/ (its policy.json gains "seed_selection"), every candidate moves to
-<out_dir>/<name>/seeds/seed<k>/, and the winner's learning curve becomes `plot_path`. Each
+copied into <out_dir>/<name>/ (its policy.json gains "seed_selection"), every candidate (with its
+learning_curve.png) moves to <out_dir>/<name>/seeds/seed<k>/, and the winner's curve becomes `plot_path`. Each
 candidate has its own MLflow run (train-<family>-seed<k>); the summary's mlflow_run_id is the
 winner's.
 """
@@ -34,8 +34,10 @@ from s3.io import atomic_path, write_json_atomic
 from s3.rl import mlflow_logger as ml
 from s3.rl.export import META, SCRIPT, WEIGHTS
 from s3.rl.params import TrainParams
+from s3.rl.tracks import VALIDATION_SEED_BASE
 
 CANDIDATES = ".seeds"
+CURVE = "learning_curve.png"  # each candidate's, in its folder
 
 
 def seed_workers(params: TrainParams) -> int:
@@ -53,14 +55,18 @@ def _sha256(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
 
 
-def _finished(folder: Path, params: TrainParams, model_folder: Path) -> dict[str, Any] | None:
-    """The summary of a candidate already trained with these params on this model, else None."""
+def _finished(folder: Path, params: TrainParams, model_folder: Path, validation_seed: int) -> dict[str, Any] | None:
+    """The summary of a candidate already trained with these params on this model and scored on
+    the validation tracks of `validation_seed`, else None."""
     try:
         meta = json.loads((folder / META).read_text())
     except (OSError, ValueError):
         return None
     same_model = meta.get("dynamics_model", {}).get("sha256") == _sha256(model_folder / "model.safetensors")
-    if meta.get("params") != params.model_dump(mode="json") or not same_model or not (folder / SCRIPT).exists():
+    saved = {k: v for k, v in (meta.get("params") or {}).items() if k != "progress_bar"}
+    tracks = [VALIDATION_SEED_BASE + validation_seed * 1000 + i for i in range(params.tracks.validation_tracks)]
+    same_tracks = meta.get("validation", {}).get("track_seeds") == tracks
+    if saved != params.model_dump(mode="json", exclude={"progress_bar"}) or not (same_model and same_tracks) or not (folder / SCRIPT).exists():
         return None
     return {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
 
@@ -90,7 +96,7 @@ def train_seeds(name: str, family: str, model_folder: str | Path, out_dir: str |
     results: dict[int, dict[str, Any]] = {}
     todo = []
     for p in runs:
-        done = _finished(root / f"seed{p.seed}", p, model_folder)
+        done = _finished(root / f"seed{p.seed}", p, model_folder, params.seed)
         if done is not None:
             results[p.seed] = done
         else:
@@ -100,7 +106,7 @@ def train_seeds(name: str, family: str, model_folder: str | Path, out_dir: str |
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch threads or MLflow clients
         with ProcessPoolExecutor(seed_workers(params), mp_context=ctx) as pool:
             futures = {
-                p.seed: pool.submit(_train_candidate, family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}.png"), p, params.seed)
+                p.seed: pool.submit(_train_candidate, family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p, params.seed)
                 for p in todo
             }
             for seed, fut in futures.items():
@@ -124,8 +130,8 @@ def train_seeds(name: str, family: str, model_folder: str | Path, out_dir: str |
         _copy(src / f, final / f)
     meta = json.loads((src / META).read_text())
     write_json_atomic(final / META, {**meta, "seed_selection": selection})
-    if (root / f"seed{best}.png").exists():
-        _copy(root / f"seed{best}.png", Path(plot_path))
+    if (src / CURVE).exists():
+        _copy(src / CURVE, Path(plot_path))
     shutil.rmtree(final / "seeds", ignore_errors=True)
     (final / "seeds").mkdir(parents=True)
     for s in sorted(results):

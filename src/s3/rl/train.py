@@ -94,10 +94,12 @@ def _guard_updates(runner: Any, first_iteration: int) -> None:
     runner.alg.update = checked
 
 
-def resume_fingerprint(params: TrainParams, family: str, model: DynamicsModel) -> str:
-    """What a resumed run must share with the killed one: params, family, dynamics model, s3 version."""
+def resume_fingerprint(params: TrainParams, family: str, model: DynamicsModel, validation_seed: int | None = None) -> str:
+    """What a resumed run must share with the killed one: params, family, validation tracks, dynamics model, s3 version."""
     h = hashlib.sha256()
     blob = {"params": params.model_dump(mode="json", exclude={"progress_bar"}), "family": family, "s3": __version__}
+    if validation_seed is not None and validation_seed != params.seed:
+        blob["validation_seed"] = validation_seed
     h.update(json.dumps(blob, sort_keys=True).encode())
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode())
@@ -219,7 +221,7 @@ def _train(
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {"score": -math.inf}
     resume_file = resume_path(folder)
-    fingerprint = resume_fingerprint(params, family, model)
+    fingerprint = resume_fingerprint(params, family, model, validation_seed)
     saved = load_resume(resume_file, fingerprint, device, say)
     with tempfile.TemporaryDirectory(prefix="s3-rsl-") as log_dir:
         runner = make_runner(env, params.ppo, device, log_dir=log_dir, logger=logger_cfg)

@@ -155,6 +155,14 @@ def test_efficiency_arithmetic(ws: Path) -> None:
     assert rows["ddm"][1:6] == ["20 s", "80 s", "4.0x", "2.5 min", "3 (n = 2.50)"]
 
 
+def test_rl_wall_counts_every_seed_trained_side_by_side(ws: Path) -> None:
+    seeds = {"selected_seed": 1, "wall_s": 40.0, "seeds": [{"seed": 0, "wall_s": 38.0}, {"seed": 1, "wall_s": 25.0}]}
+    _write(ws / "metrics" / "train" / "oracle.json", {"family": "oracle", "train": {"wall_s": 25.0}, "seed_selection": seeds})
+    eff = rp.build_report(ws / "metrics")["efficiency"]
+    assert eff["families"]["oracle"]["rl_wall_s"] == 40.0  # the whole seed stage, not the kept seed's 25 s
+    assert eff["families"]["ddm"]["rl_wall_s"] == 20.0  # one seed: its own wall clock
+
+
 def test_efficiency_bounds_when_direct_never_completes(ws: Path) -> None:
     _write(ws / "metrics" / "eval" / "direct.json", _eval(0.0, 0.0, gap=False))
     eff = rp.build_report(ws / "metrics")["efficiency"]

@@ -35,6 +35,7 @@ from s3.rl import mlflow_logger as ml
 from s3.rl.export import META, SCRIPT, WEIGHTS
 from s3.rl.params import TrainParams
 from s3.rl.tracks import VALIDATION_SEED_BASE
+from s3.rl.train import file_sha256
 
 CANDIDATES = ".seeds"
 CURVE = "learning_curve.png"  # each candidate's, in its folder
@@ -49,12 +50,6 @@ def seed_workers(params: TrainParams) -> int:
     return max(1, min(params.seeds, cores // per_run))
 
 
-def _sha256(path: Path) -> str | None:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
-
-
 def _finished(folder: Path, params: TrainParams, model_folder: Path, validation_seed: int) -> dict[str, Any] | None:
     """The summary of a candidate already trained with these params on this model and scored on
     the validation tracks of `validation_seed`, else None."""
@@ -62,7 +57,7 @@ def _finished(folder: Path, params: TrainParams, model_folder: Path, validation_
         meta = json.loads((folder / META).read_text())
     except (OSError, ValueError):
         return None
-    same_model = meta.get("dynamics_model", {}).get("sha256") == _sha256(model_folder / "model.safetensors")
+    same_model = meta.get("dynamics_model", {}).get("sha256") == file_sha256(model_folder / "model.safetensors")
     saved = {k: v for k, v in (meta.get("params") or {}).items() if k != "progress_bar"}
     tracks = [VALIDATION_SEED_BASE + validation_seed * 1000 + i for i in range(params.tracks.validation_tracks)]
     same_tracks = meta.get("validation", {}).get("track_seeds") == tracks

@@ -147,7 +147,8 @@ def validate(actor: torch.nn.Module, model: DynamicsModel, tracks: list, params:
     return summary
 
 
-def _sha256(path: Path) -> str | None:
+def file_sha256(path: Path) -> str | None:
+    """The file's SHA-256 (hex), or None if it does not exist (how policy.json names its dynamics model)."""
     if not path.exists():
         return None
     return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -306,7 +307,7 @@ def _train(
             "dt": env.dt,
             "dynamics_model": {
                 "folder": str(model_folder) if model_folder else None,
-                "sha256": _sha256(model_folder / "model.safetensors") if model_folder else None,
+                "sha256": file_sha256(model_folder / "model.safetensors") if model_folder else None,
                 "use_mu": model.use_mu,
                 "history": model.history,
             },

@@ -17,18 +17,20 @@ from test_train import TINY  # pytest puts tests/ on sys.path; the fixtures are 
 
 torch.set_num_threads(1)
 
+NAME = "bicycle_policy"  # the policy's name, not its family (as the oracle in dytr's model)
+
 
 @pytest.fixture(scope="module")
 def two_seeds(bicycle, root) -> dict:
     save_checkpoint(bicycle, root / "models" / "bicycle")
     params = TrainParams.model_validate({**TINY, "max_env_steps": 128 * 16 * 16, "seeds": 2, "seed_workers": 2, "torch_threads": 1})
-    summary = train_seeds("bicycle", "bicycle", root / "models" / "bicycle", root / "policies", root / "plots" / "bicycle.png", params)
+    summary = train_seeds(NAME, "bicycle", root / "models" / "bicycle", root / "policies", root / "plots" / f"{NAME}.png", params)
     return {"root": root, "summary": summary, "params": params}
 
 
 def test_best_seed_is_kept_with_every_candidate_beside_it(two_seeds) -> None:
     root, summary = two_seeds["root"], two_seeds["summary"]
-    final = root / "policies" / "bicycle"
+    final = root / "policies" / NAME
     sel = summary["seed_selection"]
     scores = {row["seed"]: row["validation_score"] for row in sel["seeds"]}
     assert sorted(scores) == [1, 2] and sel["workers"] == 2
@@ -43,7 +45,7 @@ def test_best_seed_is_kept_with_every_candidate_beside_it(two_seeds) -> None:
     assert (final / WEIGHTS).read_bytes() != (final / "seeds" / f"seed{3 - best}" / WEIGHTS).read_bytes()
     meta = json.loads((final / "policy.json").read_text())
     assert meta["seed_selection"]["selected_seed"] == best and meta["params"]["seed"] == best
-    assert (root / "plots" / "bicycle.png").read_bytes() == (final / "seeds" / f"seed{best}" / "learning_curve.png").read_bytes()
+    assert (root / "plots" / f"{NAME}.png").read_bytes() == (final / "seeds" / f"seed{best}" / "learning_curve.png").read_bytes()
     assert (final / "seeds" / f"seed{3 - best}" / "learning_curve.png").stat().st_size > 0
     assert not (root / "policies" / CANDIDATES).exists()
 
@@ -59,15 +61,16 @@ def test_each_seed_has_its_mlflow_run_and_the_winner_curve_is_kept(two_seeds) ->
     for row in summary["seed_selection"]["seeds"]:
         run = client.get_run(row["mlflow_run_id"])
         names[row["seed"]] = run.info.run_name
+        assert run.data.tags["s3.family"] == "bicycle"  # the model family; the run name says which policy
         assert run.info.status == "FINISHED" and len(client.get_metric_history(row["mlflow_run_id"], "val/score")) == 2
-    assert names == {1: "train-bicycle-seed1", 2: "train-bicycle-seed2"}
+    assert names == {1: f"train-{NAME}-seed1", 2: f"train-{NAME}-seed2"}
     rewards = [v for t, _, v in curve(summary["mlflow_run_id"]) if t == "Train/mean_reward"]
     assert len(rewards) == 16  # recorded in the worker, adopted by the parent for the stage's MLflow log
 
 
 def test_a_finished_candidate_is_reused_only_with_the_same_params_and_model(two_seeds, bicycle) -> None:
     root, params = two_seeds["root"], two_seeds["params"]
-    folder = root / "policies" / "bicycle" / "seeds" / "seed2"
+    folder = root / "policies" / NAME / "seeds" / "seed2"
     p2 = params.model_copy(update={"seed": 2})
     done = _finished(folder, p2, root / "models" / "bicycle", 1)
     assert done is not None and done["validation"]["score"] == json.loads((folder / "policy.json").read_text())["validation"]["score"]

@@ -15,7 +15,7 @@ killed run resumes: each keeps its own resume file, and a finished candidate who
 dynamics model are unchanged is reused rather than retrained). When all are done, the winner is
 copied into <out_dir>/<name>/ (its policy.json gains "seed_selection"), every candidate (with its
 learning_curve.png) moves to <out_dir>/<name>/seeds/seed<k>/, and the winner's curve becomes `plot_path`. Each
-candidate has its own MLflow run (train-<family>-seed<k>); the summary's mlflow_run_id is the
+candidate has its own MLflow run (train-<name>-seed<k>, tagged s3.family = the model family); the summary's mlflow_run_id is the
 winner's.
 """
 
@@ -66,14 +66,14 @@ def _finished(folder: Path, params: TrainParams, model_folder: Path, validation_
     return {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
 
 
-def _train_candidate(family: str, model_folder: str, folder: str, plot_path: str, params: TrainParams, validation_seed: int) -> tuple[dict[str, Any], list]:
-    """One seed, in a worker process: (summary, learning curve)."""
+def _train_candidate(name: str, family: str, model_folder: str, folder: str, plot_path: str, params: TrainParams, validation_seed: int) -> tuple[dict[str, Any], list]:
+    """One seed of policy `name`, in a worker process: (summary, learning curve)."""
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.env import resolve_device
     from s3.rl.train import train_policy
 
     model = load_checkpoint(Path(model_folder), family, resolve_device(params.device))
-    summary = train_policy(model, folder, plot_path, params, family, None, model_folder, validation_seed, f"{family}-seed{params.seed}")
+    summary = train_policy(model, folder, plot_path, params, family, None, model_folder, validation_seed, f"{name}-seed{params.seed}")
     return summary, ml.curve(summary["mlflow_run_id"])
 
 
@@ -101,7 +101,7 @@ def train_seeds(name: str, family: str, model_folder: str | Path, out_dir: str |
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch threads or MLflow clients
         with ProcessPoolExecutor(seed_workers(params), mp_context=ctx) as pool:
             futures = {
-                p.seed: pool.submit(_train_candidate, family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p, params.seed)
+                p.seed: pool.submit(_train_candidate, name, family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p, params.seed)
                 for p in todo
             }
             for seed, fut in futures.items():

@@ -4,19 +4,19 @@
 
 PPO in a distilled env is seed-sensitive: on the road course the same recipe gave lap times from
 125 s to 143 s across three seeds (README, "s3 evaluate"). A run uses one core (torch_threads=1),
-so on a multi-core machine K seeds cost the wall clock of one. Each seed k in
-(seed, seed + 1, ..., seed + seeds - 1) trains for the full budget in its own process
-(`seed_workers` at once), validating on the *same* held-out procedural tracks (those of `seed`),
-so their scores compare; the best score wins (ties: the lowest seed). The evaluation road course
-plays no part in the choice.
+so on a machine with K cores K seeds cost about the wall clock of one (on 2 cores each ran ~10 %
+slower than alone). Each seed k in (seed, seed + 1, ..., seed + seeds - 1) trains for the full
+budget in its own process (`seed_workers` at once), validating on the *same* held-out procedural
+tracks (those of `seed`), so their scores compare; the best score wins (ties: the lowest seed).
+The evaluation road course plays no part in the choice.
 
 Files. Candidates train in <out_dir>/.seeds/<name>/seed<k>/ (outside the DVC output, so that a
-killed run resumes: each keeps its own resume file, and a finished candidate whose params and
-dynamics model are unchanged is reused rather than retrained). When all are done, the winner is
-copied into <out_dir>/<name>/ (its policy.json gains "seed_selection"), every candidate (with its
-learning_curve.png) moves to <out_dir>/<name>/seeds/seed<k>/, and the winner's curve becomes `plot_path`. Each
-candidate has its own MLflow run (train-<name>-seed<k>, tagged s3.family = the model family); the summary's mlflow_run_id is the
-winner's.
+killed run resumes: each keeps its own resume file, and a finished candidate whose params,
+dynamics model and validation tracks are unchanged is reused rather than retrained). When all are
+done, the winner is copied into <out_dir>/<name>/ (its policy.json gains "seed_selection"), every
+candidate (with its learning_curve.png) moves to <out_dir>/<name>/seeds/seed<k>/, and the
+winner's curve becomes `plot_path`. Each candidate has its own MLflow run (train-<name>-seed<k>,
+tagged s3.family = the model family); the summary's mlflow_run_id is the winner's.
 """
 
 from __future__ import annotations

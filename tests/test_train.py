@@ -110,6 +110,23 @@ def test_gru_policy_with_surface_label_trains_in_chunks(bicycle, root) -> None:
     assert cmd.shape == (5, 3) and torch.isfinite(cmd).all()
 
 
+def test_oracle_with_one_seed_trains_in_its_family_model_named_for_itself(bicycle, root) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from s3.config import Params
+    from s3.rl.stage import train_one
+
+    save_checkpoint(bicycle, root / "models" / "bicycle")
+    tiny = {**TINY, "max_env_steps": 64 * 8 * 2, "chunk_iterations": 2, "env": {"num_envs": 64}, "ppo": {**TINY["ppo"], "num_steps_per_env": 8}}
+    params = Params.model_validate({"train": {**tiny, "seeds": 1, "oracle_family": "bicycle"}})
+    summary = train_one("oracle", params, root / "models", root / "policies", root / "plots", root / "metrics")
+    meta = json.loads((root / "policies" / "oracle" / "policy.json").read_text())
+    assert summary["policy"] == "oracle" and summary["family"] == "bicycle" and meta["obs"]["surface_label"]
+    run = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}").get_run(summary["mlflow_run_id"])
+    assert run.info.run_name == "train-oracle" and run.data.tags["s3.family"] == "bicycle"
+    assert json.loads((root / "metrics" / "oracle.json").read_text())["policy"] == "oracle"
+
+
 @pytest.mark.parametrize("kind", ["mlp", "gru"])
 def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_path, kind: str) -> None:
     env = DistilledEnv(bicycle, tracks, EnvParams(num_envs=16, surface_label=kind == "gru"), seed=0)

@@ -51,7 +51,7 @@ def train_one(name: str, root: Any, models_dir: str | Path, out_dir: str | Path,
         summary = train_seeds(name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp)
     else:
         model = load_checkpoint(model_folder, family, resolve_device(tp.device))
-        summary = train_policy(model, Path(out_dir) / name, Path(plots_dir) / f"{name}.png", tp, family, None, model_folder)
+        summary = train_policy(model, Path(out_dir) / name, Path(plots_dir) / f"{name}.png", tp, family, None, model_folder, run_name=name)
     summary = {"policy": name, **summary}
     write_json_atomic(Path(metrics_dir) / f"{name}.json", summary)
     return summary

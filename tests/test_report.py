@@ -86,13 +86,33 @@ def test_table_joins_accuracy_and_quality(ws: Path) -> None:
 
     rows = {r[0]: r for r in rp.main_rows(rep)}
     assert rows["ddm"][1:5] == ["0.10", "0.20", "0.20", "0.40"]
-    assert rows["ddm"][5:9] == ["100%", "100%", "100.0 ± 1.0", "100.0 ± 1.0"]
-    assert rows["ddm"][12] == "+0% / +10.0 s" and rows["ddm"][14] == "1.0"
-    assert rows["pid"][1] == rp.DASH and rows["pid"][12] == rp.DASH and rows["pid"][14] == rp.DASH
+    assert rows["ddm"][5:7] == [rp.DASH, rp.DASH]  # no manoeuvre probes in these evals
+    assert rows["ddm"][7:11] == ["100%", "100%", "100.0 ± 1.0", "100.0 ± 1.0"]
+    assert rows["ddm"][14] == "+0% / +10.0 s" and rows["ddm"][16] == "1.0"
+    assert rows["pid"][1] == rp.DASH and rows["pid"][14] == rp.DASH and rows["pid"][16] == rp.DASH
     assert "oracle (dytr model)" in rows
-    assert rows["bicycle"][7] == "100.0 ± 1.0"
+    assert rows["bicycle"][9] == "100.0 ± 1.0"
     table = rp.report_table(rep)
     assert table.row_count == 7 and len(table.columns) == len(rp.MAIN_COLUMNS)
+
+
+def test_manoeuvre_probes_join_the_table_and_the_correlation(ws: Path) -> None:
+    """The probes' errors come from each policy's eval; the worst ice probe drives best here (rho -1)."""
+    ice_err = {"bicycle": 4.0, "ddm": 1.0, "transformer": 3.0, "dytr": 2.0}  # the accuracy order of ADE2
+    for fam, c in COMPLETION.items():
+        ev = _eval(c, c)
+        ev["probes"] = {"summary": {"pos_err_3s_asphalt": 0.5, "pos_err_3s_ice": 5.0 - ice_err[fam], "slides_agreed": 6, "manoeuvres": 8}}
+        _write(ws / "metrics" / "eval" / f"{fam}.json", ev)
+    rep = rp.build_report(ws / "metrics")
+    pred = rep["rows"]["ddm"]["prediction"]
+    assert pred["probe_3s_ice"] == 4.0 and pred["probe_3s_asphalt"] == 0.5 and pred["probe_slides_agreed"] == 0.75
+    assert rep["rows"]["pid"]["prediction"]["probe_3s_ice"] is None
+    assert rep["correlation"]["probe_3s_ice"]["rho"] == pytest.approx(-1.0)
+    assert rep["correlation"]["ade_2s_all"]["rho"] == pytest.approx(1.0)
+    assert rep["correlation"]["probe_3s_asphalt"]["rho"] is None  # all equal: no ranking
+    rows = {r[0]: r for r in rp.main_rows(rep)}
+    assert rows["ddm"][5:7] == ["0.5 / 4.0", "75%"]
+    assert any(line.startswith("probe_3s_ice: rho = -1.00") for line in rp.correlation_lines(rep))
 
 
 @pytest.mark.parametrize(("completion", "rho"), [(COMPLETION, 1.0), ({f: 1.25 - c for f, c in COMPLETION.items()}, -1.0)])

@@ -185,3 +185,6 @@ def test_evaluate_policy_measures_the_transfer_gap(trained) -> None:
         assert gap["source"] == src and gap["distilled"] == dist["aggregate"]["mean_speed_mps"]["mean"]
         assert gap["gap"] == pytest.approx(src - gap["distilled"])
         assert 0.0 < gap["distilled"] < 60.0  # 15 s from 4-6 m/s: the car moved, at a sane speed
+    probes = on_disk["probes"]
+    assert probes["summary"]["manoeuvres"] == 8 and 0 <= probes["summary"]["slides_agreed"] <= 8
+    assert all(0.0 <= row["pos_err_3s"] < 100.0 for row in probes["manoeuvres"].values())

@@ -7,7 +7,8 @@
     metrics.py       run_metrics (per run), aggregate / mean_ci (95 % Student-t over starts x seeds)
     evaluate.py      evaluate_driver(...) -> metrics/eval/<name>.json + plots; evaluate_baseline("pid")
     policy_eval.py   evaluate_policy(...): evaluate_driver + the same starts in the policy's distilled env
-                     (the transfer gap)
+                     (the transfer gap), and the model's manoeuvre probes
+    probes.py        fixed open-loop manoeuvres in the source simulator and in a model, compared
     report.py        s3 report: prediction accuracy vs policy quality, efficiency, report.json / report.md
     plots.py         trajectories on the track, speed/steering traces, top-down lap GIF
     tune_pid.py      the pid baseline's tuning aid, on procedural tracks only

@@ -8,11 +8,13 @@ offset and speed; the distilled env starts aligned with the centerline, so the s
 perturbation is the one difference) inside the dynamics model it was trained in, all runs of a
 condition as one batch. `transfer_gap` of the two aggregates is written into the same JSON under
 "transfer_gap" and "distilled": how much a policy's lap in its training world overstates (or
-understates) its lap in the source simulator.
+understates) its lap in the source simulator. "probes" holds the manoeuvre probes of that model
+against the source simulator (s3.evaluate.probes): where the model is wrong, not only how much.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,28 @@ def _mean(values: list[float]) -> dict[str, Any]:
     return {"mean": float(np.mean(values)) if values else None, "n": len(values)}
 
 
+def _model_folder(meta: dict[str, Any], models_dir: str | Path | None) -> tuple[Path, str]:
+    """(folder, family) of the distilled model recorded in a policy's policy.json (models_dir/<family> if given)."""
+    family = meta["family"]
+    folder = Path(models_dir) / family if models_dir is not None else Path(meta["dynamics_model"]["folder"] or f"models/{family}")
+    return folder, family
+
+
+def model_probes(folder: str | Path, params: Any, models_dir: str | Path | None = None) -> dict[str, Any]:
+    """The manoeuvre probes (s3.evaluate.probes) of the policy's distilled model against the source simulator."""
+    from s3.dynamics.checkpoint import load_checkpoint
+    from s3.evaluate.probes import probe_model
+    from s3.sim.factory import make_sim
+
+    meta = json.loads((Path(folder) / "policy.json").read_text())
+    model = load_checkpoint(*_model_folder(meta, models_dir), "cpu")
+    sim = make_sim(params.sim)
+    try:
+        return probe_model(model, sim)
+    finally:
+        sim.close()
+
+
 def distilled_laps(folder: str | Path, params: Any, models_dir: str | Path | None = None) -> dict[str, Any]:
     """The policy in `folder` driven in its own distilled env from the evaluation starts.
 
@@ -40,9 +64,7 @@ def distilled_laps(folder: str | Path, params: Any, models_dir: str | Path | Non
 
     ep = eval_params_of(params)
     policy, meta = load_policy_fn(folder)
-    family = meta["family"]
-    model_folder = Path(models_dir) / family if models_dir is not None else Path(meta["dynamics_model"]["folder"] or f"models/{family}")
-    model = load_checkpoint(model_folder, family, "cpu")
+    model = load_checkpoint(*_model_folder(meta, models_dir), "cpu")
     env_params = policy_env_params(meta)
     out: dict[str, Any] = {}
     for cond in ep.conditions:
@@ -74,6 +96,7 @@ def evaluate_policy(name: str, folder: str | Path, params: Any, out_json: str | 
     result = evaluate_driver(name, policy_factory(folder), params, out_json, plots_dir)
     distilled = distilled_laps(folder, params, models_dir)
     result["distilled"] = distilled
+    result["probes"] = model_probes(folder, params, models_dir)
     result["transfer_gap"] = {
         cond: transfer_gap(result["conditions"][cond]["aggregate"], distilled[cond]["aggregate"]) for cond in distilled
     }

@@ -36,6 +36,8 @@ BASELINES = ("oracle", "direct", "pid", "pid_blind")
 ORACLE_MODEL = "dytr"  # the oracle policy is trained in dytr's distilled env, with the friction label
 CONDITIONS = ("nominal", "ice")
 ERROR_METRICS = ("ade_1s_all", "ade_2s_all", "ade_1s_ice", "ade_2s_ice")
+PROBE_METRICS = ("probe_3s_asphalt", "probe_3s_ice")  # manoeuvre probes (s3.evaluate.probes), from metrics/eval
+CORRELATED = (*ERROR_METRICS, *PROBE_METRICS)
 HEADLINE_ERROR = "ade_2s_all"
 POLICY_KEYS = ("mean_abs_steering_rate", "mean_abs_steering_jerk", "pedal_switches", "off_track_events",
                "mean_abs_lateral_error_m", "patch_crossing_rate")  # fmt: skip
@@ -46,6 +48,10 @@ DASH = "—"
 DEFINITIONS = {
     "prediction_error": "open-loop average displacement error (m) of the position over 1 s / 2 s, on held-out test "
     "episodes of the collected rollouts; 'all' = every test window, 'ice' = windows entirely on mu < 0.5",
+    "probe_error": "manoeuvre probes (s3.evaluate.probes): fixed open-loop commands (cornering, braking, power on) "
+    "from the same start for 3 s in the source simulator and in the model, on open asphalt and on open ice (mu 0.15); "
+    "mean position error (m) after 3 s per surface, and in how many of the 8 manoeuvres model and source agree on "
+    "whether the car slid (|sideslip| > 0.5 rad)",
     "policy_quality": "the policy back in the source simulator on the held-out road course (nominal, and with "
     "seven ice patches): lap completion rate over starts x seeds, mean lap time of the completed laps",
     "quality_rank": "families ordered by mean completion rate ((nominal + ice) / 2, higher is better), ties broken "
@@ -122,13 +128,17 @@ def _order(names: Iterable[str]) -> list[str]:
 # ------------------------------------------------------------------------------------ the table
 
 
-def prediction_columns(distill: Mapping[str, Any] | None) -> dict[str, float | None]:
-    """ADE at 1 s / 2 s on all test windows and on ice windows."""
+def prediction_columns(distill: Mapping[str, Any] | None, ev: Mapping[str, Any] | None = None) -> dict[str, float | None]:
+    """ADE at 1 s / 2 s on all test windows and on ice windows; the manoeuvre probes' errors (from the eval)."""
     out: dict[str, float | None] = {}
     for name in ERROR_METRICS:
         metric, split = name.rsplit("_", 1)
         out[name] = _num(_get(distill, "rollout", split, metric))
     out["fde_2s_all"] = _num(_get(distill, "rollout", "all", "fde_2s"))
+    for name in PROBE_METRICS:
+        out[name] = _num(_get(ev, "probes", "summary", f"pos_err_3s_{name.rsplit('_', 1)[1]}"))
+    agreed, total = _num(_get(ev, "probes", "summary", "slides_agreed")), _num(_get(ev, "probes", "summary", "manoeuvres"))
+    out["probe_slides_agreed"] = agreed / total if agreed is not None and total else None
     return out
 
 
@@ -201,7 +211,7 @@ def _row(name: str, distill: dict | None, ev: dict | None, train: dict | None, p
     return {
         "kind": _kind(name),
         "prediction_from": prediction_from,
-        "prediction": prediction_columns(distill),
+        "prediction": prediction_columns(distill, ev),
         "policy": policy,
         "transfer_gap": gap_columns(ev),
         "quality": {"score": quality_score(policy), "rank": None},
@@ -373,7 +383,7 @@ def build_report(metrics_dir: Path, manifest: Path | None = None) -> dict[str, A
     for name, rank in quality_ranks({n: r for n, r in rows.items() if n in FAMILIES}).items():
         rows[name]["quality"]["rank"] = rank
     ranks = {n: r["quality"]["rank"] for n, r in rows.items() if r["quality"]["rank"] is not None}
-    corr = {m: spearman({n: rows[n]["prediction"][m] for n in FAMILIES}, ranks) for m in ERROR_METRICS}
+    corr = {m: spearman({n: rows[n]["prediction"][m] for n in FAMILIES}, ranks) for m in CORRELATED}
 
     man = _read(manifest, missing)
     dt = _control_dt(man, metrics_dir, evals)
@@ -407,6 +417,10 @@ def _f(x: Any, digits: int = 2) -> str:
     return DASH if x is None else f"{x:.{digits}f}"
 
 
+def _pair(a: Any, b: Any, digits: int = 1) -> str:
+    return DASH if a is None and b is None else f"{_f(a, digits)} / {_f(b, digits)}"
+
+
 def _pct(x: Any) -> str:
     return DASH if x is None else f"{100 * x:.0f}%"
 
@@ -426,7 +440,8 @@ def _gap(g: Mapping[str, Any]) -> str:
     return f"{DASH if c is None else f'{100 * c:+.0f}%'} / {DASH if t is None else f'{t:+.1f} s'}"
 
 
-MAIN_COLUMNS = ("policy", "ADE 1s all (m)", "ADE 2s all (m)", "ADE 1s ice (m)", "ADE 2s ice (m)", "completed nominal",
+MAIN_COLUMNS = ("policy", "ADE 1s all (m)", "ADE 2s all (m)", "ADE 1s ice (m)", "ADE 2s ice (m)",
+                "manoeuvres 3s asphalt / ice (m)", "slides agreed", "completed nominal",
                 "completed ice", "lap time nominal (s)", "lap time ice (s)", "steer rate (1/s)", "steer jerk (1/s²)",
                 "ice patches crossed", "transfer gap nominal", "transfer gap ice", "quality rank")  # fmt: skip
 
@@ -438,7 +453,8 @@ def main_rows(report: Mapping[str, Any]) -> list[list[str]]:
         pred, pol, gap = r["prediction"], r["policy"], r["transfer_gap"]
         label = name if not r["prediction_from"] or r["prediction_from"] == name else f"{name} ({r['prediction_from']} model)"
         out.append([
-            label, *(_f(pred[m]) for m in ERROR_METRICS), _pct(pol["nominal"]["completion_rate"]),
+            label, *(_f(pred[m]) for m in ERROR_METRICS), _pair(pred["probe_3s_asphalt"], pred["probe_3s_ice"]),
+            _pct(pred["probe_slides_agreed"]), _pct(pol["nominal"]["completion_rate"]),
             _pct(pol["ice"]["completion_rate"]), _lap(pol["nominal"]), _lap(pol["ice"]),
             _f(pol["nominal"]["mean_abs_steering_rate"], 3), _f(pol["nominal"]["mean_abs_steering_jerk"], 2),
             _pct(pol["ice"]["patch_crossing_rate"]), _gap(gap["nominal"]), _gap(gap["ice"]), _f(r["quality"]["rank"], 1),
@@ -465,8 +481,10 @@ def efficiency_rows(report: Mapping[str, Any]) -> list[list[str]]:
 def correlation_lines(report: Mapping[str, Any]) -> list[str]:
     """One line per error metric: rho, p and n, or why there is none."""
     lines = []
-    for m in ERROR_METRICS:
-        c = report["correlation"][m]
+    for m in CORRELATED:
+        c = report["correlation"].get(m)
+        if c is None:  # a report written before the probes existed
+            continue
         if c["rho"] is None:
             lines.append(f"{m}: rho = {DASH} ({c['reason']})")
         else:

@@ -15,14 +15,18 @@ from matplotlib.axes import Axes
 
 from s3.viz.track_plot import new_figure, save_figure
 
-# (error metric in the report rows, condition, policy quantity, y label)
+# (error metric in the report rows, condition, policy quantity, y label), row by row
 PANELS = (
     ("ade_2s_all", "nominal", "completion_rate", "completion rate, nominal"),
     ("ade_2s_ice", "ice", "completion_rate", "completion rate, ice"),
+    ("probe_3s_ice", "ice", "lap_share", "share of the ice lap driven"),
     ("ade_2s_all", "nominal", "lap_time_s", "lap time, nominal (s)"),
     ("ade_2s_ice", "ice", "lap_time_s", "lap time, ice (s)"),
+    ("probe_3s_asphalt", "nominal", "lap_time_s", "lap time, nominal (s)"),
 )
-X_LABELS = {"ade_2s_all": "ADE 2 s, all test windows (m)", "ade_2s_ice": "ADE 2 s, ice windows (m)"}
+X_LABELS = {"ade_2s_all": "ADE 2 s, all test windows (m)", "ade_2s_ice": "ADE 2 s, ice windows (m)",
+            "probe_3s_ice": "manoeuvre probes on ice, error at 3 s (m)",
+            "probe_3s_asphalt": "manoeuvre probes on asphalt, error at 3 s (m)"}  # fmt: skip
 COLORS = {"bicycle": "tab:blue", "ddm": "tab:orange", "transformer": "tab:green", "dytr": "tab:red", "oracle": "tab:purple"}
 REFERENCES = {"pid": ("0.3", "--"), "pid_blind": ("0.55", ":"), "direct": ("tab:brown", "-.")}
 
@@ -45,7 +49,7 @@ def _panel(ax: Axes, rows: Mapping[str, Mapping[str, Any]], error: str, cond: st
     if not shown:
         ax.text(0.5, 0.5, "no policy with both\nprediction error and this metric", ha="center", va="center",
                 transform=ax.transAxes, fontsize=8, color="0.4")  # fmt: skip
-    if quantity == "completion_rate":
+    if quantity in ("completion_rate", "lap_share"):
         ax.set_ylim(-0.05, 1.08)
     ax.set_xlabel(X_LABELS[error], fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
@@ -62,9 +66,10 @@ def _title(report: Mapping[str, Any]) -> str:
 
 
 def plot_accuracy_vs_quality(report: Mapping[str, Any], path: str | Path) -> Path:
-    """2 x 2 panels (nominal / ice; completion / lap time) against the matching 2 s ADE."""
-    fig = new_figure((10.0, 8.0))
-    axes = fig.subplots(2, 2, squeeze=False)
+    """2 x 3 panels: completion and lap time (nominal / ice) against the matching 2 s ADE, and
+    against the manoeuvre probes' error (s3.evaluate.probes)."""
+    fig = new_figure((14.0, 8.0))
+    axes = fig.subplots(2, 3, squeeze=False)
     for ax, (error, cond, quantity, ylabel) in zip(axes.flat, PANELS):
         _panel(ax, report["rows"], error, cond, quantity, ylabel)
     fig.suptitle(_title(report), fontsize=10)

@@ -25,7 +25,7 @@ from s3.dynamics.dataset import RolloutArrays, RolloutDataModule, compute_stats,
 from s3.dynamics.distill import DistillError, comparison_table, distill, train_model
 from s3.dynamics.params import FAMILIES, DistillParams
 from s3.dynamics.registry import new_model
-from s3.dynamics.single_track import COEFF_NAMES, SingleTrack, coeff_bounds
+from s3.dynamics.single_track import COEFF_NAMES, SingleTrack, coeff_bounds, nominal_coeffs
 from s3.dynamics.synthetic import generate_rollouts, write_rollouts
 
 torch.set_num_threads(1)
@@ -220,6 +220,47 @@ def test_single_track_stays_finite_for_all_bounded_coefficients(small_df: pd.Dat
         for _ in range(100):
             x = st(x, a, c, mu)
     assert torch.isfinite(x).all()
+
+
+def _axle_forces(st: SingleTrack, x: torch.Tensor, a: torch.Tensor, mu: float, brake: float = 8.0) -> float:
+    """d(vy)/dt + vx r = fy_r + fy_f cos(steer): the total lateral tyre force (per unit mass)."""
+    c = nominal_coeffs()
+    c[COEFF_NAMES.index("Cb")] = brake
+    with torch.no_grad():
+        dx = st.derivs(x, a, c, torch.full((x.shape[0],), mu), *st.geometry())
+    return float(dx[0, 1] + x[0, 0] * x[0, 2])
+
+
+def test_combined_slip_trades_lateral_grip_for_drive_and_brake() -> None:
+    """Friction ellipse: full power on ice frees the rear axle, full brake frees both; coasting is unchanged."""
+    plain, ellipse = SingleTrack(2.6, 1.3, 0.1), SingleTrack(2.6, 1.3, 0.1, combined_slip=True)
+    x = torch.tensor([[7.0, -0.5, 0.3, 0.1]])  # a slide: both axles carry lateral force
+    coast, power, brake = torch.tensor([[0.3, 0.0, 0.0]]), torch.tensor([[0.3, 1.0, 0.0]]), torch.tensor([[0.3, 0.0, 1.0]])
+    for mu in (1.0, 0.15):
+        assert _axle_forces(ellipse, x, coast, mu) == pytest.approx(_axle_forces(plain, x, coast, mu), rel=1e-6)
+    # on ice (rear peak 0.15 g lf / L ~ 0.7 m/s^2) full power (Cm1 5 m/s^2) saturates the rear: its lateral force ~ 0
+    lf, lr = ellipse.geometry()
+    c = nominal_coeffs()
+    with torch.no_grad():
+        dr_plain = plain.derivs(x, power, c, torch.tensor([0.15]), lf, lr)[0, 2]
+        dr_ellipse = ellipse.derivs(x, power, c, torch.tensor([0.15]), lf, lr)[0, 2]
+    assert float(dr_ellipse) > float(dr_plain) + 0.5  # the rear lets go: the car yaws into the spin
+    assert abs(_axle_forces(ellipse, x, power, 0.15)) < 0.6 * abs(_axle_forces(plain, x, power, 0.15))
+    # a brake demand beyond the grip (Cb 12 m/s^2, half per axle, against axle peaks of ~4.9): locked, no lateral force
+    assert abs(_axle_forces(ellipse, x, brake, 1.0, brake=12.0)) < 0.1 * abs(_axle_forces(plain, x, brake, 1.0, brake=12.0))
+    # within the grip (Cb 4: 2 of 4.9 per axle) the ellipse leaves sqrt(1 - 0.41^2) = 0.91 of it
+    ratio = _axle_forces(ellipse, x, brake, 1.0, brake=4.0) / _axle_forces(plain, x, brake, 1.0, brake=4.0)
+    assert 0.85 < ratio < 0.95
+
+
+def test_combined_slip_is_a_saved_model_setting(tmp_path) -> None:
+    params = DistillParams(combined_slip=True)
+    for family in ("ddm", "dytr"):
+        model = new_model(family, params, 0.1, FIT)
+        save_checkpoint(model, tmp_path / family)
+        back = load_checkpoint(tmp_path / family, family)
+        physics = back.model if family == "ddm" else back.prior
+        assert physics.combined_slip and back.config()["combined_slip"] is True
 
 
 # ---- least squares and learning ------------------------------------------------------------------

@@ -44,11 +44,12 @@ class DDMModel(DynamicsModel):
         gru_hidden: int = 48,
         mlp_hidden: int = 64,
         substeps: int = 2,
+        combined_slip: bool = False,
         **kw: Any,
     ) -> None:
         super().__init__(history, dt, use_mu, **kw)
         self.fit = dict(fit) if fit else None
-        self.sizes = {"gru_hidden": gru_hidden, "mlp_hidden": mlp_hidden, "substeps": substeps}
+        self.sizes = {"gru_hidden": gru_hidden, "mlp_hidden": mlp_hidden, "substeps": substeps, "combined_slip": bool(combined_slip)}
         in_dim = self.state_dim + self.action_dim + int(use_mu)
         self.gru = nn.GRU(in_dim, gru_hidden, batch_first=True)
         self.head = nn.Sequential(nn.Linear(gru_hidden, mlp_hidden), nn.Tanh(), nn.Linear(mlp_hidden, P))
@@ -59,7 +60,7 @@ class DDMModel(DynamicsModel):
             self.head[-1].weight.mul_(0.01)
             self.head[-1].bias.copy_(unbound(nominal_coeffs(fit, dt), lo, hi))
         wb = fit["wheelbase"] if fit else 2.7
-        self.model = SingleTrack(wb, fit["lr"] if fit else wb / 2, dt, substeps)
+        self.model = SingleTrack(wb, fit["lr"] if fit else wb / 2, dt, substeps, combined_slip=combined_slip)
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "fit": self.fit, **self.sizes}

@@ -37,17 +37,19 @@ class DyTrModel(DynamicsModel):
         heads: int = 4,
         mlp_ratio: int = 2,
         substeps: int = 2,
+        combined_slip: bool = False,
         **kw: Any,
     ) -> None:
         super().__init__(history, dt, use_mu, **kw)
         self.fit = dict(fit) if fit else None
-        self.sizes = {"d_model": d_model, "layers": layers, "heads": heads, "mlp_ratio": mlp_ratio, "substeps": substeps}
+        self.sizes = {"d_model": d_model, "layers": layers, "heads": heads, "mlp_ratio": mlp_ratio, "substeps": substeps,
+                      "combined_slip": bool(combined_slip)}  # fmt: skip
         lo, hi = coeff_bounds()
         self.register_buffer("c_lo", lo)
         self.register_buffer("c_hi", hi)
         self.prior_logits = nn.Parameter(unbound(nominal_coeffs(fit, dt), lo, hi))  # [P]
         wb = fit["wheelbase"] if fit else 2.7
-        self.prior = SingleTrack(wb, fit["lr"] if fit else wb / 2, dt, substeps)
+        self.prior = SingleTrack(wb, fit["lr"] if fit else wb / 2, dt, substeps, combined_slip=combined_slip)
         in_dim = self.state_dim + self.action_dim + int(use_mu)
         self.net = CausalTransformer(in_dim, d_model, layers, heads, mlp_ratio, history)
         self.prior_embed = nn.Linear(self.state_dim, d_model)

@@ -29,13 +29,13 @@ def build_model(family: str, config: dict[str, Any]) -> DynamicsModel:
 def new_model(family: str, params: DistillParams, dt: float, fit: dict[str, float]) -> DynamicsModel:
     """A fresh model of `family` sized by `params`; `fit` is the bicycle least-squares fit."""
     common = {"history": params.history, "dt": dt, "use_mu": params.use_friction_label}
-    sub = params.single_track_substeps
+    sub, slip = params.single_track_substeps, params.combined_slip
     if family == "bicycle":
         return BicycleModel(**common, fit=fit)
     if family == "ddm":
-        return DDMModel(**common, fit=fit, substeps=sub, **params.ddm.model_dump())
+        return DDMModel(**common, fit=fit, substeps=sub, combined_slip=slip, **params.ddm.model_dump())
     if family == "transformer":
         return TransformerModel(**common, **params.transformer.model_dump())
     if family == "dytr":
-        return DyTrModel(**common, fit=fit, substeps=sub, **params.dytr.model_dump())
+        return DyTrModel(**common, fit=fit, substeps=sub, combined_slip=slip, **params.dytr.model_dump())
     raise ValueError(f"unknown model family {family!r}; choose from {', '.join(FAMILY_CLASSES)}")

@@ -12,6 +12,11 @@ drivetrain terms are accelerations, and the yaw inertia is a factor on m * lf * 
     dvy  = fy_r + fy_f cos(steer) - vx r
     dr   = (lf fy_f cos(steer) - lr fy_r) / (Iz lf lr)
     dsteer = (steer_gain steering_cmd - steer) / steer_tau
+With `combined_slip` each axle's lateral force shrinks on a friction ellipse with the share of its
+peak that its longitudinal force uses (rear-wheel drive, brakes split evenly between the axles):
+    fy_f *= sqrt(1 - rho_f^2),  rho_f = min(|brk_f| / kf, 1),  kf = Df mu g lr/L  (rear: drive - brk_r)
+so full power on ice frees the rear axle (the car spins) and locked fronts stop steering, as the
+source car does (manoeuvre probes, s3.evaluate.probes); without it the two are independent.
 Below v_lo the lateral states relax (time constant 0.05 s) to the kinematic bicycle; between
 v_lo and v_hi the two are blended, which keeps RK4 stable at the control period for every
 coefficient inside its bounds.
@@ -84,6 +89,7 @@ def _pacejka(alpha: Tensor, b: Tensor, c: Tensor, e: Tensor) -> Tensor:
 
 
 WHEELBASE_RANGE = (1.0, 6.0)  # m
+ELLIPSE_MAX_USE = 0.999  # rho cap: keeps sqrt(1 - rho^2) and its gradient finite
 LR_FRAC_RANGE = (0.25, 0.75)  # lr / wheelbase
 
 
@@ -95,10 +101,17 @@ class SingleTrack(nn.Module):
     """
 
     def __init__(
-        self, wheelbase: float, lr: float, dt: float, substeps: int = 2, v_blend: tuple[float, float] = (1.0, 3.0)
+        self,
+        wheelbase: float,
+        lr: float,
+        dt: float,
+        substeps: int = 2,
+        v_blend: tuple[float, float] = (1.0, 3.0),
+        combined_slip: bool = False,
     ) -> None:
         super().__init__()
         self.dt, self.substeps = float(dt), int(substeps)
+        self.combined_slip = bool(combined_slip)
         self.v_lo, self.v_hi = float(v_blend[0]), float(v_blend[1])
         init = torch.tensor([wheelbase, lr / wheelbase])
         lo, hi = torch.tensor([WHEELBASE_RANGE[0], LR_FRAC_RANGE[0]]), torch.tensor([WHEELBASE_RANGE[1], LR_FRAC_RANGE[1]])
@@ -141,8 +154,13 @@ class SingleTrack(nn.Module):
         fy_f = k["kf"] * _pacejka(d - torch.atan2(vy + lf * r, u), k["bf"], k["cf"], k["ef"])  # [N] m/s^2
         fy_r = k["kr"] * _pacejka(-torch.atan2(vy - lr * r, u), k["br"], k["cr"], k["er"])
         amax = k["amax"]
-        ax = (torch.relu(k["cm1"] - k["cm2"] * vx) * k["thr"] - k["brake"] * torch.tanh(vx / 0.3)) / amax
-        ax = amax * torch.tanh(ax) - k["cr0"] * torch.tanh(vx / 0.5) - k["cr2"] * vx * vx.abs()
+        drive, brake = torch.relu(k["cm1"] - k["cm2"] * vx) * k["thr"], k["brake"] * torch.tanh(vx / 0.3)
+        if self.combined_slip:  # friction ellipse per axle (module docstring)
+            use_f = (0.5 * brake.abs() / k["kf"].clamp(min=1e-3)).clamp(max=ELLIPSE_MAX_USE)
+            use_r = ((drive - 0.5 * brake).abs() / k["kr"].clamp(min=1e-3)).clamp(max=ELLIPSE_MAX_USE)
+            fy_f = fy_f * torch.sqrt(1 - use_f * use_f)
+            fy_r = fy_r * torch.sqrt(1 - use_r * use_r)
+        ax = amax * torch.tanh((drive - brake) / amax) - k["cr0"] * torch.tanh(vx / 0.5) - k["cr2"] * vx * vx.abs()
         cd, sd = torch.cos(d), torch.sin(d)
         dvx = ax - fy_f * sd + vy * r
         dvy_dyn = fy_r + fy_f * cd - vx * r

@@ -13,7 +13,8 @@ drivetrain terms are accelerations, and the yaw inertia is a factor on m * lf * 
     dr   = (lf fy_f cos(steer) - lr fy_r) / (Iz lf lr)
     dsteer = (steer_gain steering_cmd - steer) / steer_tau
 With `combined_slip` each axle's lateral force shrinks on a friction ellipse with the share of its
-peak that its longitudinal force uses (rear-wheel drive, brakes split evenly between the axles):
+peak that its longitudinal force uses (rear-wheel drive; brakes split evenly between the axles, a
+fixed split, where the source car's is 70/30):
     fy_f *= sqrt(1 - rho_f^2),  rho_f = min(|brk_f| / kf, 1),  kf = Df mu g lr/L  (rear: drive - brk_r)
 so full power on ice frees the rear axle (the car spins) and locked fronts stop steering, as the
 source car does (manoeuvre probes, s3.evaluate.probes); without it the two are independent.

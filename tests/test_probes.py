@@ -80,3 +80,26 @@ def test_a_model_starts_where_the_source_starts(bicycle, source) -> None:
     assert _speed(mdl, "asphalt_brake", 1.0) < 18.0  # the model brakes too
     with pytest.raises(ValueError, match="control_dt"):
         probe_model(bicycle, SimpleNamespace(control_dt=0.05))
+
+
+def test_s3_probe_compares_a_saved_model_with_the_source(bicycle, source, tmp_path, monkeypatch) -> None:
+    """`s3 probe --json` in a workspace with models/bicycle/: the probes of that model, one JSON object."""
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from s3.cli import app
+    from s3.dynamics.checkpoint import save_checkpoint
+
+    save_checkpoint(bicycle, tmp_path / "models" / "bicycle")
+    params = Path(__file__).resolve().parents[1] / "params.yaml"
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["probe", "--family", "bicycle", "--json", "--params", str(params)])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert list(out) == ["bicycle"]
+    expect = compare(source, model_traces(bicycle), DT)
+    assert out["bicycle"]["summary"] == pytest.approx(expect["summary"])
+    missing = CliRunner().invoke(app, ["probe", "--family", "ddm", "--params", str(params)])
+    assert missing.exit_code == 2 and "ddm" in missing.output

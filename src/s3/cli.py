@@ -229,6 +229,30 @@ def report(
         run_report(metrics_dir, reports_dir, plots_dir, _table_console())
 
 
+@app.command()
+def probe(
+    family: Annotated[str, typer.Option(help="bicycle, ddm, transformer, dytr, or all")] = "all",
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object {family: probes}")] = False,
+    params: ParamsPath = Path("params.yaml"),
+    set_: Overrides = None,
+) -> None:
+    """Fixed open-loop manoeuvres (asphalt and ice) in the source simulator and in models/<family>/, compared.
+
+    The same probes `s3 evaluate` writes for a policy's model; here for any distilled model, no policy needed.
+    """
+    from s3.evaluate.probes import probe_folders, probe_table
+
+    p = _params(params, set_)
+    with _one_line_errors():
+        results = probe_folders(_families(family), MODELS_DIR, p.sim)
+    if as_json:
+        print(json.dumps(results))
+        return
+    out = _table_console()
+    for name, result in results.items():
+        out.print(probe_table(name, result))
+
+
 def _evaluation_table(results: dict[str, dict]) -> object:
     from rich.table import Table
 

@@ -1,6 +1,7 @@
 """Manoeuvre probes: the same open-loop commands in the source simulator and in a distilled model.
 
     probe_model(model, sim) -> {"manoeuvres": {name: {...}}, "summary": {...}}
+    probe_folders(families, models_dir, sim_params) -> {family: the same}   (`s3 probe`)
 
 Test-window errors (metrics/distill) average over the driving the exploration driver happened to
 do; a policy seeks out the states where its model is wrong and lives there. The probes drive a
@@ -14,10 +15,12 @@ power on where the source car turns round.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from rich.table import Table
 
 from s3.dynamics.base import DynamicsModel
 from s3.rl.env import DistilledEnv
@@ -137,3 +140,35 @@ def probe_model(model: DynamicsModel, sim: SourceSim) -> dict[str, Any]:
     if abs(sim.control_dt - model.dt) > 1e-9:
         raise ValueError(f"probe: the simulator's control_dt {sim.control_dt} differs from the model's dt {model.dt}")
     return compare(source_traces(sim), model_traces(model), model.dt)
+
+
+def probe_folders(families: list[str], models_dir: str | Path, sim_params: Any) -> dict[str, dict[str, Any]]:
+    """`probe_model` for models_dir/<family>/ of each family, against one run of the source manoeuvres."""
+    from s3.dynamics.checkpoint import load_checkpoint
+    from s3.sim.factory import make_sim
+
+    models = {f: load_checkpoint(Path(models_dir) / f, f, "cpu") for f in families}
+    sim = make_sim(sim_params)
+    try:
+        for f, model in models.items():
+            if abs(sim.control_dt - model.dt) > 1e-9:
+                raise ValueError(f"probe: the simulator's control_dt {sim.control_dt} differs from {f}'s dt {model.dt}")
+        src = source_traces(sim)
+    finally:
+        sim.close()
+    return {f: compare(src, model_traces(model), model.dt) for f, model in models.items()}
+
+
+def probe_table(family: str, result: dict[str, Any]) -> Table:
+    """One row per manoeuvre: the model's errors and who slid, for the terminal."""
+    s = result["summary"]
+    table = Table(title=f"probe {family}: 3 s error asphalt {s['pos_err_3s_asphalt']:.2f} m, ice {s['pos_err_3s_ice']:.2f} m; "
+                        f"slides agreed {s['slides_agreed']}/{s['manoeuvres']}")  # fmt: skip
+    for col in ("manoeuvre", "pos err 1 / 2 / 3 s (m)", "heading err (rad)", "speed err (m/s)", "max sideslip source / model (rad)", "turn source / model (rad)"):
+        table.add_column(col, justify="left" if col == "manoeuvre" else "right")
+    for name, r in result["manoeuvres"].items():
+        table.add_row(
+            name, f"{r['pos_err_1s']:.2f} / {r['pos_err_2s']:.2f} / {r['pos_err_3s']:.2f}", f"{r['yaw_err_rad']:.2f}", f"{r['speed_err']:.2f}",
+            f"{r['source_max_sideslip']:.2f} / {r['model_max_sideslip']:.2f}", f"{r['source_yaw_change']:+.2f} / {r['model_yaw_change']:+.2f}",
+        )  # fmt: skip
+    return table

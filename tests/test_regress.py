@@ -86,6 +86,22 @@ def test_policy_quality_tolerances(ws: Path, evalm: dict, ok: bool) -> None:
     assert run_check(ws, p)[0] is ok
 
 
+@pytest.mark.parametrize(("ice_err", "ok"), [(1.05, True), (1.3, False)])
+def test_manoeuvre_probe_errors_are_judged_as_errors(ws: Path, ice_err: float, ok: bool) -> None:
+    """The probes' 3 s errors in metrics/eval may grow 10 % like any predictive error; their slide count is not judged."""
+    def with_probes(err: float, agreed: int) -> dict:
+        return {**_eval(1.0, 120.0), "probes": {"summary": {"pos_err_3s_asphalt": 1.0, "pos_err_3s_ice": err, "slides_agreed": agreed}}}
+
+    p = RegressParams()
+    _write(ws, "metrics/eval/ddm.json", with_probes(1.0, 8))
+    record(ws, p)
+    _write(ws, "metrics/eval/ddm.json", with_probes(ice_err, 5))
+    passed, text = run_check(ws, p)
+    assert passed is ok
+    assert ("FAIL error      metrics/eval/ddm.json probes.summary.pos_err_3s_ice: 1 -> 1.3" in text) is not ok
+    assert "slides_agreed" not in text
+
+
 def test_diverged_metric_is_a_regression(ws: Path) -> None:
     p = RegressParams()
     record(ws, p)

@@ -5,7 +5,8 @@
     s3 regress --ref main        compare with the metrics files committed at a git ref instead
 
 Which metrics count and how much they may move is the `regress:` section of params.yaml:
-predictive errors (lower is better) may grow by `error_growth_pct` % (plus `error_abs_floor`
+predictive errors (lower is better; the test-window errors of metrics/distill and the manoeuvre
+probes' errors in metrics/eval) may grow by `error_growth_pct` % (plus `error_abs_floor`
 so that a zero baseline is not a hair trigger); completion rates (higher is better) may drop
 by `completion_drop` (absolute); lap times may grow by `lap_time_growth_pct` %. A metric that
 became null (diverged) or disappeared is a regression; new metrics are reported, not judged.
@@ -41,6 +42,7 @@ class RegressParams(BaseModel):
     error_files: list[str] = ["metrics/distill/*.json"]
     error_keys: list[str] = ["one_step_rmse.*", "rollout.*.ade_*", "rollout.*.fde_*", "divergence.rate"]
     policy_files: list[str] = ["metrics/eval/*.json"]
+    probe_keys: list[str] = ["probes.summary.pos_err_3s_*"]  # s3 evaluate: the model's manoeuvre probes (errors)
     completion_keys: list[str] = ["summary.*.completion_rate"]  # s3 evaluate: rates in [0, 1] per condition
     lap_time_keys: list[str] = ["summary.*.lap_time_s.mean"]
 
@@ -76,6 +78,8 @@ def _kind(file: str, key: str, p: RegressParams) -> Kind | None:
     if any_match(file, p.error_files) and any_match(key, p.error_keys):
         return "error"
     if any_match(file, p.policy_files):
+        if any_match(key, p.probe_keys):
+            return "error"
         if any_match(key, p.completion_keys):
             return "completion"
         if any_match(key, p.lap_time_keys):

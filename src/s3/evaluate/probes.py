@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from rich.table import Table
 
+from s3.config import ParamsError
 from s3.dynamics.base import DynamicsModel
 from s3.rl.env import DistilledEnv
 from s3.rl.params import EnvParams
@@ -135,10 +136,14 @@ def compare(src: np.ndarray, mdl: np.ndarray, dt: float, manoeuvres: tuple[Manoe
     return {"manoeuvres": per, "summary": summary, "seconds": SECONDS, "slide_rad": SLIDE_RAD}
 
 
+def _same_period(sim: SourceSim, model: DynamicsModel, name: str = "the model") -> None:
+    if abs(sim.control_dt - model.dt) > 1e-9:
+        raise ParamsError(f"probe: the simulator's control_dt {sim.control_dt} differs from {name}'s dt {model.dt} (sim.control_dt)")
+
+
 def probe_model(model: DynamicsModel, sim: SourceSim) -> dict[str, Any]:
     """The manoeuvres in `sim` and in `model`, compared (see the module docstring)."""
-    if abs(sim.control_dt - model.dt) > 1e-9:
-        raise ValueError(f"probe: the simulator's control_dt {sim.control_dt} differs from the model's dt {model.dt}")
+    _same_period(sim, model)
     return compare(source_traces(sim), model_traces(model), model.dt)
 
 
@@ -151,8 +156,7 @@ def probe_folders(families: list[str], models_dir: str | Path, sim_params: Any) 
     sim = make_sim(sim_params)
     try:
         for f, model in models.items():
-            if abs(sim.control_dt - model.dt) > 1e-9:
-                raise ValueError(f"probe: the simulator's control_dt {sim.control_dt} differs from {f}'s dt {model.dt}")
+            _same_period(sim, model, f)
         src = source_traces(sim)
     finally:
         sim.close()

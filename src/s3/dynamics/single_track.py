@@ -90,8 +90,8 @@ def _pacejka(alpha: Tensor, b: Tensor, c: Tensor, e: Tensor) -> Tensor:
 
 
 WHEELBASE_RANGE = (1.0, 6.0)  # m
-ELLIPSE_MAX_USE = 0.999  # rho cap: keeps sqrt(1 - rho^2) and its gradient finite
 LR_FRAC_RANGE = (0.25, 0.75)  # lr / wheelbase
+ELLIPSE_MAX_USE = 0.999  # rho cap: keeps sqrt(1 - rho^2) and its gradient finite
 
 
 class SingleTrack(nn.Module):

@@ -226,7 +226,7 @@ def test_params_reject_unknown_keys_and_bad_starts() -> None:
 @pytest.fixture(scope="module")
 def pid_eval(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     tmp = tmp_path_factory.mktemp("eval")
-    ep = EvaluateParams(start_fractions=[0.0], seeds=[0], gif_frame_seconds=4.0)
+    ep = EvaluateParams(start_fractions=[0.0], seeds=[0], gif_frame_seconds=4.0, driver_aids={"traction_control": True, "abs": True})
     out = evaluate_driver("pid", pid_factory(ep.pid), Params(), tmp / "metrics" / "pid.json", tmp / "plots", ep)
     return tmp, out
 
@@ -245,6 +245,7 @@ def test_pid_completes_the_nominal_road_course(pid_eval: tuple[Path, dict]) -> N
     assert len(ice["runs"][0]["patches"]) == 7
     written = json.loads((tmp / "metrics" / "pid.json").read_text())
     assert written["summary"]["nominal"]["completion_rate"] == 1.0
+    assert written["simulator"]["driver_aids"]["traction_control"] is True  # the car's aids, recorded
     for p in out["plots"]:
         assert Path(p).stat().st_size > 1000
     assert {Path(p).name for p in out["plots"]} >= {"pid_nominal_track.png", "pid_ice_traces.png", "pid_nominal_lap.gif"}

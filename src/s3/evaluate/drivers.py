@@ -10,8 +10,8 @@ state). It returns one `Control` per control period.
 
 `PidDriver` is the classical baseline: pure-pursuit steering on the centerline plus a PID speed
 loop tracking a curvature-limited speed profile with braking zones (optionally lowered on the
-map's known friction patches), with simple wheel-slip control (traction control / ABS). It has
-no noise and no randomness. Its gains were tuned on procedural tracks only (s3.evaluate.tune_pid):
+map's known friction patches), with wheel-slip control (traction control / ABS, s3.sim.aids) of
+its own unless the car it drives already has it. It has no noise and no randomness. Its gains were tuned on procedural tracks only (s3.evaluate.tune_pid):
 the road course is held out.
 """
 
@@ -25,6 +25,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from s3.evaluate.params import PidParams
+from s3.sim.aids import DriverAidsParams, SlipControl, WithDriverAids
 from s3.sim.base import Control, SourceSim, VehicleState
 from s3.tracks.track import Track
 
@@ -99,6 +100,7 @@ class PidDriver:
         self.wheelbase = float(wheelbase)
         self.max_steer = float(max_steer)
         self.dt = float(dt)
+        self._slip = SlipControl(DriverAidsParams(traction_control=params.traction_control, abs=params.traction_control, slip_limit=params.slip_limit))
         self._profiles: dict[int, tuple[Track, np.ndarray]] = {}
         self.track: Track | None = None
         self._v: np.ndarray = np.zeros(1)
@@ -106,13 +108,16 @@ class PidDriver:
 
     @classmethod
     def for_sim(cls, sim: SourceSim, params: PidParams | None = None) -> PidDriver:
-        return cls(params or PidParams(), sim.wheelbase, sim.max_steer, sim.control_dt)
+        """Matched to `sim`; its own slip control off when the car has driver aids (not applied twice)."""
+        params = params or PidParams()
+        if isinstance(sim, WithDriverAids):
+            params = params.model_copy(update={"traction_control": False})
+        return cls(params, sim.wheelbase, sim.max_steer, sim.control_dt)
 
     def _reset_loop(self) -> None:
         self._integral = 0.0
         self._v_prev: float | None = None
-        self._tc = 1.0  # throttle scale of the traction control
-        self._abs = 1.0  # brake scale of the ABS
+        self._slip.reset()
 
     def reset(self, track: Track, state: VehicleState) -> None:
         self.track = track
@@ -165,24 +170,10 @@ class PidDriver:
         saturated = (u >= 1.0 and err > 0) or (u <= -1.0 and err < 0)
         if not saturated:
             self._integral = float(np.clip(self._integral + err * self.dt, -p.integral_limit, p.integral_limit))
-        throttle = u if u > p.pedal_deadband else 0.0
-        brake = -u * p.brake_gain if u < -p.pedal_deadband else 0.0
-        if p.traction_control:
-            throttle, brake = self._slip_control(state, throttle, brake)
+        throttle = min(u, 1.0) if u > p.pedal_deadband else 0.0
+        brake = min(-u * p.brake_gain, 1.0) if u < -p.pedal_deadband else 0.0
+        throttle, brake = self._slip(state, throttle, brake)  # on the pedal travel, as the car's own aids act
         return Control(steering, throttle, brake)
-
-    def _slip_control(self, state: VehicleState, throttle: float, brake: float) -> tuple[float, float]:
-        """Scale throttle down while a driven (rear) wheel spins, brake down while a wheel locks."""
-        ws = np.asarray(state.wheel_speed, dtype=float)
-        vx = state.vx
-        if ws.shape != (4,) or not ws.any() or vx < 2.0:
-            return throttle, brake
-        slip = (ws - vx) / max(abs(vx), 1.0)
-        spinning = float(slip[2:].max()) > self.p.slip_limit
-        locking = float(slip.min()) < -self.p.slip_limit
-        self._tc = max(0.1, self._tc * 0.6) if spinning else min(1.0, self._tc + 0.15)
-        self._abs = max(0.1, self._abs * 0.6) if locking else min(1.0, self._abs + 0.15)
-        return throttle * self._tc, brake * self._abs
 
 
 def pid_factory(params: PidParams | None = None) -> DriverFactory:

@@ -33,6 +33,7 @@ from s3.evaluate.params import EvaluateParams
 from s3.evaluate.plots import lap_gif, track_figure, traces_figure
 from s3.evaluate.run import RunResult, run_lap
 from s3.io import write_json_atomic
+from s3.sim.aids import DriverAidsParams
 from s3.sim.base import SimulatorLost, SourceSim
 from s3.sim.factory import make_sim
 from s3.tracks.road_course import ICE_PATCHES, road_course
@@ -76,8 +77,8 @@ def _retry_policy(params: Any) -> tuple[int, float]:
 class _Simulator:
     """The evaluation's simulator and the driver bound to it, remade after a lost connection."""
 
-    def __init__(self, params: Any, driver_factory: DriverFactory) -> None:
-        self.params, self.driver_factory = params, driver_factory
+    def __init__(self, params: Any, driver_factory: DriverFactory, aids: DriverAidsParams | None = None) -> None:
+        self.params, self.driver_factory, self.aids = params, driver_factory, aids
         self.retries, self.backoff_s = _retry_policy(params)
         self.sim: SourceSim | None = None
         self.driver: Driver | None = None
@@ -86,9 +87,10 @@ class _Simulator:
     def get(self) -> tuple[SourceSim, Driver]:
         """The live simulator and driver (making them if needed; raises SimulatorLost)."""
         if self.sim is None:
-            sim = make_sim(self.params.sim)
+            sim = make_sim(self.params.sim, self.aids)
             self.sim, self.driver = sim, self.driver_factory(sim)
-            self.info = self.info or {"name": sim.name, "version": sim.version, "control_dt": sim.control_dt}
+            aids = self.aids.model_dump() if self.aids is not None and self.aids.enabled else None
+            self.info = self.info or {"name": sim.name, "version": sim.version, "control_dt": sim.control_dt, "driver_aids": aids}
         assert self.driver is not None
         return self.sim, self.driver
 
@@ -158,7 +160,7 @@ def evaluate_driver(
     """
     ep = eval_params_of(params, eval_params)
     t_start = time.perf_counter()
-    simulator = _Simulator(params, driver_factory)
+    simulator = _Simulator(params, driver_factory, ep.driver_aids)
     simulator.connect()
     results: dict[str, Any] = {}
     kept: dict[str, list[tuple[dict[str, Any], RunResult]]] = {}

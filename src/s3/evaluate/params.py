@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from s3.sim.aids import DriverAidsParams
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -40,7 +42,7 @@ class PidParams(_Section):
     pedal_deadband: float = Field(0.03, ge=0.0, le=0.5, description="|u| below this coasts (no throttle/brake chatter)")
     knows_ice: bool = Field(True, description="the speed profile slows for known friction patches (the map's mu)")
     ice_margin: float = Field(2.5, ge=0.0, le=10.0, description="lateral half band (m) around the centerline scanned for patches")
-    traction_control: bool = Field(True, description="cut throttle / ease brakes when wheel slip exceeds slip_limit")
+    traction_control: bool = Field(True, description="its own traction control and ABS (s3.sim.aids), when the car has none")
     slip_limit: float = Field(0.12, gt=0.0, le=1.0, description="allowed longitudinal wheel slip ratio")
 
 
@@ -72,6 +74,9 @@ class EvaluateParams(_Section):
     gif_frame_seconds: float = Field(2.0, gt=0.0, le=10.0, description="simulated seconds between GIF frames")
     gif_fps: int = Field(12, ge=1, le=60)
     pid: PidParams = PidParams()
+    driver_aids: DriverAidsParams = Field(
+        default_factory=DriverAidsParams, description="traction control / ABS of the car every driver is evaluated in"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> EvaluateParams:

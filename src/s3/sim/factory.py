@@ -8,10 +8,20 @@ from s3.sim.base import SourceSim
 
 if TYPE_CHECKING:
     from s3.config import SimParams
+    from s3.sim.aids import DriverAidsParams
 
 
-def make_sim(params: SimParams) -> SourceSim:
-    """A fresh simulator for `params.backend`."""
+def make_sim(params: SimParams, aids: DriverAidsParams | None = None) -> SourceSim:
+    """A fresh simulator for `params.backend`, behind traction control / ABS where `aids` asks."""
+    sim = _bare_sim(params)
+    if aids is not None and aids.enabled:
+        from s3.sim.aids import WithDriverAids
+
+        return WithDriverAids(sim, aids)
+    return sim
+
+
+def _bare_sim(params: SimParams) -> SourceSim:
     if params.backend == "mujoco":
         from s3.sim.mujoco_car import MujocoCar
 

@@ -86,3 +86,12 @@ def test_pid_own_slip_control_equals_the_cars_aids() -> None:
     bare = make_sim(SimParams())
     off = run_lap(bare, track, PidDriver.for_sim(bare, PidParams(traction_control=False)), 0.0, start_speed=3.0, max_seconds=12.0)
     assert not np.array_equal(off.trajectory["vx"], a["vx"])  # the aid was at work in those 12 s
+
+
+def test_source_vec_env_workers_drive_the_aided_car() -> None:
+    """PPO or validation in the source (SourceVecEnv) can run on the same aided car as evaluation."""
+    from s3.rl.source_env import _SimWorker
+
+    track = open_surface(0.15)
+    assert all(isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 2, BOTH).cars)
+    assert not any(isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 1).cars)

@@ -47,6 +47,7 @@ from s3.tracks.track import Track
 
 if TYPE_CHECKING:
     from s3.config import SimParams
+    from s3.sim.aids import DriverAidsParams
 
 STATE_COLUMNS = ("x", "y", "yaw", "vx", "vy", "yaw_rate", "steer")
 PRELOAD = ["s3.rl.source_env", "s3.sim.factory", "s3.sim.mujoco_car"]
@@ -60,10 +61,10 @@ class SourceWorkerError(RuntimeError):
 class _SimWorker:
     """The cars of one worker process (runs there)."""
 
-    def __init__(self, sim: SimParams, tracks: Sequence[Track], n_cars: int) -> None:
+    def __init__(self, sim: SimParams, tracks: Sequence[Track], n_cars: int, aids: DriverAidsParams | None = None) -> None:
         from s3.sim.factory import make_sim
 
-        self.cars = [make_sim(sim) for _ in range(n_cars)]
+        self.cars = [make_sim(sim, aids) for _ in range(n_cars)]
         self.tracks = dict(enumerate(tracks))
         self.grid_res = sim.mujoco.friction_grid_res
         self.grids: dict[int, Any] = {}
@@ -115,11 +116,11 @@ def _row(st: Any) -> tuple[float, ...]:
     return (st.x, st.y, st.yaw, st.vx, st.vy, st.yaw_rate, st.steer)
 
 
-def _worker_main(conn: Connection, sim: SimParams, tracks: Sequence[Track], n_cars: int) -> None:
+def _worker_main(conn: Connection, sim: SimParams, tracks: Sequence[Track], n_cars: int, aids: DriverAidsParams | None) -> None:
     """Serve (method, args) requests until "close" or until the parent goes away."""
     worker = None
     try:
-        worker = _SimWorker(sim, tracks, n_cars)
+        worker = _SimWorker(sim, tracks, n_cars, aids)
         conn.send(("ok", None))
         while True:
             method, args = conn.recv()
@@ -165,7 +166,7 @@ def resolve_workers(workers: int, num_envs: int) -> int:
 class _Workers:
     """W simulator processes; car j lives in worker w for bounds[w] <= j < bounds[w + 1]."""
 
-    def __init__(self, sim: SimParams, tracks: Sequence[Track], counts: Sequence[int], timeout_s: float) -> None:
+    def __init__(self, sim: SimParams, tracks: Sequence[Track], counts: Sequence[int], timeout_s: float, aids: DriverAidsParams | None = None) -> None:
         self.timeout_s = float(timeout_s)
         self.bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.procs: list[Any] = []
@@ -174,7 +175,7 @@ class _Workers:
         try:
             for w, n in enumerate(counts):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker_main, args=(child, sim, list(tracks), int(n)), name=f"s3-source-{w}", daemon=True)
+                proc = ctx.Process(target=_worker_main, args=(child, sim, list(tracks), int(n), aids), name=f"s3-source-{w}", daemon=True)
                 proc.start()
                 child.close()
                 self.procs.append(proc)
@@ -271,6 +272,7 @@ class SourceVecEnv(VecEnv):
         seed: int = 0,
         auto_reset: bool = True,
         timeout_s: float = 300.0,
+        aids: DriverAidsParams | None = None,
     ) -> None:
         if sim.backend != "mujoco":
             raise ValueError(f"SourceVecEnv steps many cars in parallel: it needs sim.backend 'mujoco', not {sim.backend!r} (one BeamNG instance is one world)")
@@ -290,7 +292,7 @@ class SourceVecEnv(VecEnv):
         self._allocate()
         w = resolve_workers(workers, self.num_envs)
         counts = [len(c) for c in np.array_split(np.arange(self.num_envs), w)]
-        self.workers = _Workers(sim, tracks, counts, timeout_s)
+        self.workers = _Workers(sim, tracks, counts, timeout_s, aids)
         try:
             self.reset()
         except BaseException:

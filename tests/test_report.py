@@ -263,3 +263,13 @@ def test_mlflow_is_off_inside_pytest(ws: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv("S3_MLFLOW", raising=False)
     ids = rp.log_report_mlflow(rp.build_report(ws / "metrics"))
     assert set(ids.values()) == {None}
+
+
+def test_spearman_p_value_is_exact_for_four_families() -> None:
+    """Four families in perfect order: 2 of the 24 orderings are as extreme, so p = 1/12, not 0."""
+    errors = {"bicycle": 0.9, "ddm": 0.2, "transformer": 0.4, "dytr": 0.1}
+    perfect = rp.spearman(errors, {"bicycle": 4.0, "ddm": 2.0, "transformer": 3.0, "dytr": 1.0})
+    assert perfect["rho"] == pytest.approx(1.0) and perfect["p_value"] == pytest.approx(2 / 24)
+    swapped = rp.spearman(errors, {"bicycle": 4.0, "ddm": 3.0, "transformer": 2.0, "dytr": 1.0})
+    assert swapped["rho"] == pytest.approx(0.8)
+    assert swapped["p_value"] == pytest.approx(8 / 24)  # |rho| >= 0.8: each order, its reverse, and their 3 adjacent swaps

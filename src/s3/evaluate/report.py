@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -60,7 +61,8 @@ DEFINITIONS = {
     "equal keys share their average rank",
     "spearman": "rho = Spearman rank correlation of (prediction error, quality rank) over the model families that "
     "have both; both are lower-is-better, so +1 = the family that predicts best also drives best, -1 = the reverse, "
-    "0 = prediction accuracy says nothing about policy quality. Null with a reason when fewer than 3 families "
+    "0 = prediction accuracy says nothing about policy quality; p = exact two-sided permutation p-value (the share of "
+    "all orderings of the ranks with |rho| at least as large). Null with a reason when fewer than 3 families "
     "have both or one side is constant",
     "transfer_gap": "same policy, same track: source-simulator minus distilled-environment value (negative completion "
     "gap = completes less often in the source simulator; positive lap-time gap = slower there)",
@@ -200,10 +202,28 @@ def spearman(errors: Mapping[str, float | None], ranks: Mapping[str, float]) -> 
         out["reason"] = f"needs >= 3 families with both prediction error and policy quality, have {len(names)}"
     elif len(set(x)) == 1 or len(set(y)) == 1:
         out["reason"] = "constant input: all families tie on " + ("prediction error" if len(set(x)) == 1 else "policy quality")
+    elif len(names) <= EXACT_P_MAX_N:
+        out["rho"], out["p_value"] = (_num(v) for v in _spearman_exact(x, y))
     else:
         res = spearmanr(x, y)
         out["rho"], out["p_value"] = _num(float(res.statistic)), _num(float(res.pvalue))
     return out
+
+
+EXACT_P_MAX_N = 8  # up to 8! = 40320 orderings
+
+
+def _spearman_exact(x: list[float], y: list[float]) -> tuple[float, float]:
+    """rho and its exact two-sided p over every ordering of y: with four families scipy's t
+    approximation says p = 0 for rho = 1, where the chance of a perfect (or reversed) order is 2/24."""
+    import itertools
+
+    from scipy.stats import rankdata
+
+    rx, ry = rankdata(x), rankdata(y)
+    rho = float(np.corrcoef(rx, ry)[0, 1])
+    null = np.array([np.corrcoef(rx, perm)[0, 1] for perm in itertools.permutations(ry)])
+    return rho, float(np.mean(np.abs(null) >= abs(rho) - 1e-9))
 
 
 def _row(name: str, distill: dict | None, ev: dict | None, train: dict | None, prediction_from: str | None) -> dict[str, Any]:

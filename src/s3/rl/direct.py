@@ -9,6 +9,7 @@ writes
 
 This is the efficiency comparison: the same wall clock that one family spends on distill + train
 (`train.direct.budget_s`, ~600 s on two cores) spent on PPO in the slow source simulator instead.
+It drives the car it is evaluated in (`evaluate.driver_aids`: traction control and ABS on).
 Everything else is the distilled training's: reward, observation and terminations
 (s3.rl.source_env.SourceVecEnv mirrors DistilledEnv), PPO settings (train.ppo, except the rollout
 length `direct.num_steps_per_env`: a few dozen cars instead of a thousand), the track generator
@@ -163,15 +164,17 @@ def _train_direct(
     tp, d = params.train, params.train.direct
     ppo = tp.ppo.model_copy(update={"num_steps_per_env": d.num_steps_per_env})
     pool = TrackPool(tp.tracks.model_copy(update={"pool_size": d.pool_size}), tp.seed)
-    ml.log_params(client, run_id, {"family": NAME, "budget_s": clock.budget_s, "train": tp.model_dump(mode="json"), "sim": params.sim.model_dump(mode="json")})
+    aids = params.evaluate.driver_aids  # it trains on the car it is evaluated in
+    ml.log_params(client, run_id, {"family": NAME, "budget_s": clock.budget_s, "train": tp.model_dump(mode="json"), "sim": params.sim.model_dump(mode="json"),
+                                   "driver_aids": aids.model_dump(mode="json")})  # fmt: skip
     workers = resolve_workers(d.workers, d.num_envs)
     with contextlib.ExitStack() as stack:
-        env = stack.enter_context(SourceVecEnv(pool.tracks, params.sim, tp.env, d.num_envs, workers, tp.seed, timeout_s=d.worker_timeout_s))
+        env = stack.enter_context(SourceVecEnv(pool.tracks, params.sim, tp.env, d.num_envs, workers, tp.seed, timeout_s=d.worker_timeout_s, aids=aids))
         val = None
         if d.validation:
             val_tracks = pool.validation_tracks()
             n_val = len(val_tracks) * tp.tracks.validation_starts
-            val = (stack.enter_context(SourceVecEnv(val_tracks, params.sim, tp.env, n_val, min(workers, n_val), tp.seed, auto_reset=False, timeout_s=d.worker_timeout_s)), val_tracks)
+            val = (stack.enter_context(SourceVecEnv(val_tracks, params.sim, tp.env, n_val, min(workers, n_val), tp.seed, auto_reset=False, timeout_s=d.worker_timeout_s, aids=aids)), val_tracks)
         log_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="s3-rsl-direct-"))
         say(f"train {NAME}: {d.num_envs} source cars in {workers} workers ready after {clock.elapsed:.0f} s (budget {clock.budget_s:.0f} s)")
         loop = _loop(env, val, pool, ppo, params, clock, run_id, uri, log_dir, say)

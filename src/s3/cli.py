@@ -253,6 +253,62 @@ def probe(
         out.print(probe_table(name, result))
 
 
+@app.command()
+def holdout(
+    family: Annotated[str, typer.Option(help="a model family, oracle, direct, or all (every trained policy)")] = "all",
+    surface: Annotated[str, typer.Option(help="heavy_ice (3-6 patches per track) or dry (pace)")] = "heavy_ice",
+    tracks: Annotated[int, typer.Option(min=1, max=64, help="held-out procedural tracks, 2 starts each")] = 8,
+    seed: Annotated[int, typer.Option(help="generator seed of the held-out tracks (training validates on train.seed)")] = 7,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    params: ParamsPath = Path("params.yaml"),
+    set_: Overrides = None,
+) -> None:
+    """Policies and the pid in the source simulator on held-out procedural tracks: where choices are judged.
+
+    The road course stays held out; this is the check the README's decisions cite (s3.evaluate.holdout).
+    """
+    from s3.dynamics.params import FAMILIES
+    from s3.evaluate.holdout import holdout as run_holdout
+    from s3.rl.export import load_policy_fn, policy_env_params
+
+    p = _params(params, set_)
+    with _one_line_errors():
+        known = [*FAMILIES, *EXTRA_POLICIES]
+        if family != "all" and family not in known:
+            raise ParamsError(f"--family: {family!r} is not one of {', '.join(known)}, all")
+        names = [n for n in known if (POLICIES_DIR / n / "policy.json").exists()] if family == "all" else [family]
+        policies = {}
+        for name in names:
+            if not (POLICIES_DIR / name / "policy.json").exists():
+                raise ParamsError(f"{POLICIES_DIR / name}: no policy; run `s3 train --family {name}` first")
+            fn, meta = load_policy_fn(POLICIES_DIR / name)
+            policies[name] = (fn, policy_env_params(meta))
+        result = run_holdout(policies, p, surface, n_tracks=tracks, seed=seed)
+    if as_json:
+        print(json.dumps(result))
+        return
+    _table_console().print(_holdout_table(result))
+
+
+def _holdout_table(result: dict) -> object:
+    from rich.table import Table
+
+    t = Table(title=f"held-out procedural tracks ({result['surface']}, seed {result['seed']}), source simulator, {result['runs']} runs")
+    for col in ("driver", "laps", "lap share", "mean lap (s)", "lap time / pid's", "ends"):
+        t.add_column(col)
+    for name, r in result["drivers"].items():
+        ratio = r.get("lap_time_vs_pid")
+        t.add_row(
+            name,
+            f"{r['laps']}/{r['runs']}",
+            f"{100 * r['mean_completion']:.0f}%",
+            "-" if r["mean_lap_s"] is None else f"{r['mean_lap_s']:.1f}",
+            "-" if ratio is None else f"{ratio:.3f} (n={r['n_common']})",
+            ", ".join(f"{n} {k}" for k, n in r["ends"].items()) or "-",
+        )
+    return t
+
+
 def _evaluation_table(results: dict[str, dict]) -> object:
     from rich.table import Table
 

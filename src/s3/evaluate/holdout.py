@@ -1,0 +1,107 @@
+"""Policies and the `pid` on held-out procedural tracks in the source simulator: where choices are judged.
+
+The road course is held out from every choice, so a choice (a reward weight, a training recipe,
+the driver aids) needs other ground to stand on. This is it: each driver in the source
+simulator, in the car evaluation uses (`evaluate.driver_aids`), on procedural tracks that no
+training or validation has used. Those are 8 tracks from the held-out generator with seed 7
+(training validates on seed `train.seed`). Each track is run from 2 evenly spaced starts at
+5 m/s, and a run ends at the lap, a failure, or after the lap length at
+`train.validation_min_speed`. The `pid` drives the same runs, and each policy's lap times are
+given as a ratio to the pid's on the runs both completed.
+
+    SURFACES["heavy_ice"]   every track has 3-6 patches of mu 0.1-0.3, up to 100 m long
+    SURFACES["dry"]         no patches: pace
+
+These are the "16 heavy-ice procedural runs" the README's decisions cite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from s3.evaluate.drivers import PidDriver
+from s3.evaluate.run import run_lap
+from s3.rl.params import EnvParams, TrackPoolParams
+from s3.rl.tracks import start_grid, validation_tracks
+from s3.sim.factory import make_sim
+from s3.tracks.generate import ProceduralTrackParams
+from s3.tracks.track import Track
+
+HOLDOUT_SEED = 7
+START_SPEED = 5.0  # m/s
+SURFACES: dict[str, ProceduralTrackParams] = {
+    "heavy_ice": ProceduralTrackParams(patch_probability=1.0, patches_min=3, patches_max=6, patch_length_max=100.0),
+    "dry": ProceduralTrackParams(patch_probability=0.0),
+}
+Policy = Callable[[torch.Tensor], torch.Tensor]
+
+
+def holdout_tracks(surface: str, n_tracks: int = 8, seed: int = HOLDOUT_SEED) -> list[Track]:
+    """The held-out procedural tracks for `surface` (a key of SURFACES)."""
+    if surface not in SURFACES:
+        raise ValueError(f"surface {surface!r}: expected one of {', '.join(SURFACES)}")
+    return validation_tracks(TrackPoolParams(validation_tracks=n_tracks, procedural=SURFACES[surface]), seed=seed)
+
+
+def holdout(
+    policies: Mapping[str, tuple[Policy, EnvParams]],
+    params: Any,
+    surface: str = "heavy_ice",
+    n_tracks: int = 8,
+    starts: int = 2,
+    seed: int = HOLDOUT_SEED,
+    workers: int = 0,
+) -> dict[str, Any]:
+    """{"drivers": {"pid": row, name: row, ...}, ...}; each policy is (obs -> action, its EnvParams).
+
+    row: laps, runs, mean_completion, ends (reason counts), mean_lap_s, and for policies
+    lap_time_vs_pid (mean ratio over the runs both completed; < 1 = faster) with n_common.
+    """
+    from s3.rl.direct import source_episodes
+    from s3.rl.source_env import SourceVecEnv
+
+    tracks = holdout_tracks(surface, n_tracks, seed)
+    ti, s = start_grid(tracks, starts)
+    limit = np.array([tracks[i].length for i in ti]) / params.train.validation_min_speed
+    aids = params.evaluate.driver_aids
+    sim = make_sim(params.sim, aids)
+    try:
+        driver = PidDriver.for_sim(sim, params.evaluate.pid)
+        pid_runs = [run_lap(sim, tracks[i], driver, float(si), start_speed=START_SPEED, max_seconds=float(lim)) for i, si, lim in zip(ti, s, limit)]
+    finally:
+        sim.close()
+    pid_lap = np.array([r.lap_time if r.completed else np.nan for r in pid_runs])
+    rows = {"pid": _row(pid_lap, np.array([min(r.progress / r.lap_length, 1.0) for r in pid_runs]), [r.reason for r in pid_runs])}
+    for name, (policy, env_params) in policies.items():
+        with SourceVecEnv(tracks, params.sim, env_params, num_envs=len(ti), workers=workers, auto_reset=False, aids=aids) as env:
+            obs = env.reset_to(torch.as_tensor(ti), torch.as_tensor(s, dtype=torch.float32), speed=START_SPEED)["policy"]
+            b = source_episodes(env, policy, obs, torch.as_tensor(np.ceil(limit / env.dt)).long())
+        lap = np.where(b.completed, b.lap_time, np.nan)
+        row = _row(lap, b.completion, b.reason)
+        common = np.isfinite(lap) & np.isfinite(pid_lap)
+        row["n_common"] = int(common.sum())
+        row["lap_time_vs_pid"] = float(np.mean(lap[common] / pid_lap[common])) if common.any() else None
+        rows[name] = row
+    return {
+        "surface": surface,
+        "seed": seed,
+        "tracks": [t.name for t in tracks],
+        "runs": len(ti),
+        "driver_aids": aids.model_dump() if aids.enabled else None,
+        "drivers": rows,
+    }
+
+
+def _row(lap: np.ndarray, completion: np.ndarray, reasons: list[str]) -> dict[str, Any]:
+    done = np.isfinite(lap)
+    return {
+        "laps": int(done.sum()),
+        "runs": len(lap),
+        "mean_completion": float(np.mean(completion)),
+        "ends": {r: reasons.count(r) for r in sorted(set(reasons)) if r not in ("lap", "completed")},
+        "mean_lap_s": float(np.mean(lap[done])) if done.any() else None,
+    }

@@ -1,0 +1,55 @@
+"""The held-out procedural check (s3 holdout): its tracks, its pace ratio, and the command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from s3.cli import app
+from s3.config import Params
+from s3.evaluate.holdout import HOLDOUT_SEED, holdout, holdout_tracks
+from s3.rl.controllers import PurePursuit
+from s3.rl.observations import obs_layout
+from s3.rl.params import EnvParams
+from s3.rl.tracks import validation_tracks
+
+AIDED = {"evaluate": {"driver_aids": {"traction_control": True, "abs": True}}}
+
+
+def test_holdout_tracks_are_not_the_training_validation_tracks() -> None:
+    ice = holdout_tracks("heavy_ice", 4)
+    assert all(3 <= len(t.patches) <= 6 for t in ice)
+    assert all(p.mu <= 0.3 and p.s_end - p.s_start <= 100.0 + 1e-6 for t in ice for p in t.patches)
+    assert not any(t.patches for t in holdout_tracks("dry", 4))
+    trained_on = {t.name for t in validation_tracks(Params().train.tracks, seed=Params().train.seed)}
+    assert HOLDOUT_SEED != Params().train.seed and not trained_on & {t.name for t in holdout_tracks("dry", 8)}
+    with pytest.raises(ValueError, match="surface 'wet'"):
+        holdout_tracks("wet")
+
+
+def test_a_slower_driver_gets_a_lap_time_ratio_above_one() -> None:
+    """A pure pursuit capped at 18 m/s and 4 m/s^2 laps a dry held-out track well behind the pid."""
+    params = Params.model_validate(AIDED)
+    env = EnvParams()
+    slow = PurePursuit(obs_layout(env), wheelbase=2.7, max_steer=0.55, lateral_accel=4.0, max_speed=18.0)
+    out = holdout({"slow": (slow, env)}, params, "dry", n_tracks=1, starts=1, workers=1)
+    pid, r = out["drivers"]["pid"], out["drivers"]["slow"]
+    assert pid["laps"] == 1 and r["laps"] == 1 and r["n_common"] == 1
+    assert r["lap_time_vs_pid"] == pytest.approx(r["mean_lap_s"] / pid["mean_lap_s"])
+    assert r["lap_time_vs_pid"] > 1.1
+    assert out["driver_aids"]["traction_control"] is True and out["runs"] == 1
+
+
+def test_holdout_command_prints_json_and_names_a_bad_family(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copy(Path(__file__).parents[1] / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)  # no policies here: "all" is the pid alone
+    bad = CliRunner().invoke(app, ["holdout", "--family", "lorry"])
+    assert bad.exit_code != 0 and "--family" in bad.output and "lorry" in bad.output
+    res = CliRunner().invoke(app, ["holdout", "--surface", "dry", "--tracks", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert list(out["drivers"]) == ["pid"] and out["drivers"]["pid"]["laps"] == 2 and out["seed"] == HOLDOUT_SEED

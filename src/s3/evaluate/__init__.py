@@ -1,5 +1,7 @@
 """s3.evaluate: drivers back in the SOURCE simulator on the held-out road course.
 
+Every driver meets the same car there: `evaluate.driver_aids` (s3.sim.aids, traction control / ABS).
+
     params.py        EvaluateParams (the `evaluate:` section), PidParams
     drivers.py       Driver protocol, TrackState, PidDriver (pure pursuit + PID), pid_factory
     policy_driver.py PolicyDriver: an exported policy fed observations rebuilt as in the distilled env
@@ -9,6 +11,7 @@
     policy_eval.py   evaluate_policy(...): evaluate_driver + the same starts in the policy's distilled env
                      (the transfer gap), and the model's manoeuvre probes
     probes.py        fixed open-loop manoeuvres in the source simulator and in a model, compared
+    holdout.py       s3 holdout: policies and pid on held-out procedural tracks (heavy ice / dry), source
     report.py        s3 report: prediction accuracy vs policy quality, efficiency, report.json / report.md
     plots.py         trajectories on the track, speed/steering traces, top-down lap GIF
     tune_pid.py      the pid baseline's tuning aid, on procedural tracks only

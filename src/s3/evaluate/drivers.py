@@ -11,8 +11,8 @@ state). It returns one `Control` per control period.
 `PidDriver` is the classical baseline: pure-pursuit steering on the centerline plus a PID speed
 loop tracking a curvature-limited speed profile with braking zones (optionally lowered on the
 map's known friction patches), with wheel-slip control (traction control / ABS, s3.sim.aids) of
-its own unless the car it drives already has it. It has no noise and no randomness. Its gains were tuned on procedural tracks only (s3.evaluate.tune_pid):
-the road course is held out.
+its own unless the car it drives already has it. It has no noise and no randomness. Its gains
+were tuned on procedural tracks only (s3.evaluate.tune_pid): the road course is held out.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ writes
 
 This is the efficiency comparison: the same wall clock that one family spends on distill + train
 (`train.direct.budget_s`, ~600 s on two cores) spent on PPO in the slow source simulator instead.
-It drives the car it is evaluated in (`evaluate.driver_aids`: traction control and ABS on).
+It drives the car it is evaluated in (`evaluate.driver_aids`: traction control and ABS, or none).
 Everything else is the distilled training's: reward, observation and terminations
 (s3.rl.source_env.SourceVecEnv mirrors DistilledEnv), PPO settings (train.ppo, except the rollout
 length `direct.num_steps_per_env`: a few dozen cars instead of a thousand), the track generator

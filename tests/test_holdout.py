@@ -49,6 +49,8 @@ def test_holdout_command_prints_json_and_names_a_bad_family(tmp_path: Path, monk
     monkeypatch.chdir(tmp_path)  # no policies here: "all" is the pid alone
     bad = CliRunner().invoke(app, ["holdout", "--family", "lorry"])
     assert bad.exit_code != 0 and "--family" in bad.output and "lorry" in bad.output
+    wet = CliRunner().invoke(app, ["holdout", "--surface", "wet"])
+    assert wet.exit_code == 2 and "--surface: 'wet' is not one of heavy_ice, dry" in wet.output
     res = CliRunner().invoke(app, ["holdout", "--surface", "dry", "--tracks", "1", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout.strip().splitlines()[-1])

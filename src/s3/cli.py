@@ -268,11 +268,14 @@ def holdout(
     The road course stays held out; this is the check the README's decisions cite (s3.evaluate.holdout).
     """
     from s3.dynamics.params import FAMILIES
+    from s3.evaluate.holdout import SURFACES
     from s3.evaluate.holdout import holdout as run_holdout
     from s3.rl.export import load_policy_fn, policy_env_params
 
     p = _params(params, set_)
     with _one_line_errors():
+        if surface not in SURFACES:
+            raise ParamsError(f"--surface: {surface!r} is not one of {', '.join(SURFACES)}")
         known = [*FAMILIES, *EXTRA_POLICIES]
         if family != "all" and family not in known:
             raise ParamsError(f"--family: {family!r} is not one of {', '.join(known)}, all")

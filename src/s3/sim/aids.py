@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 class DriverAidsParams(BaseModel):
-    """The `sim.driver_aids:` section: off by default, so the bare car is what gets collected."""
+    """The `evaluate.driver_aids:` section. Off by default (the bare car, which `s3 collect` always drives)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -132,6 +132,40 @@ def test_action_maps() -> None:
     assert torch.allclose(command_to_policy(cmd), torch.tensor([[0.3, 0.5], [-1.0, -0.25], [0.0, 1.0]]))
 
 
+def test_speed_sensitive_steering() -> None:
+    """Full range up to steer_full_speed, then (v0 / v)^2: the same lateral acceleration at any speed."""
+    from s3.rl.actions import steer_range
+    from s3.rl.source_env import _split_action
+
+    vx = torch.tensor([0.0, 6.0, 12.0, 24.0, -24.0, 48.0])
+    assert torch.allclose(steer_range(vx, 12.0), torch.tensor([1.0, 1.0, 1.0, 0.25, 0.25, 0.0625]))
+    a = torch.tensor([[1.0, 0.5]]).expand(6, 2)
+    cmd = policy_to_command(a, vx, 12.0)
+    assert torch.allclose(cmd[:, 0], steer_range(vx, 12.0)) and torch.allclose(cmd[:, 1:], torch.tensor([0.5, 0.0]).expand(6, 2))
+    lat = cmd[2:, 0] * vx[2:].square()  # ~ lateral acceleration asked for at full steer
+    assert torch.allclose(lat.abs(), torch.full((4,), 144.0))
+    assert torch.equal(policy_to_command(a, vx, 0.0), policy_to_command(a))
+    with pytest.raises(ValueError, match="vx"):
+        policy_to_command(a, None, 12.0)
+    pol, src_cmd = _split_action(a.clone(), vx, 12.0)  # the source env (`direct`) uses the same map
+    assert torch.equal(src_cmd, cmd) and torch.equal(pol, a)
+
+
+def test_env_steers_with_the_speed_sensitive_map(bicycle, tracks) -> None:
+    """A policy action in the env equals the command the map gives at the car's observed speed."""
+    env_a, env_b = (make_env(bicycle, tracks, n=3, steer_full_speed=10.0) for _ in range(2))
+    starts = (torch.tensor([0, 1, 2]), torch.tensor([10.0, 50.0, 100.0]), 0.0, 0.0, torch.tensor([5.0, 20.0, 30.0]))
+    obs = env_a.reset_to(*starts)["policy"]
+    env_b.reset_to(*starts)
+    a = torch.tensor([[0.8, 0.2], [0.8, 0.2], [-0.8, -0.2]])
+    cmd = policy_to_command(a, obs[:, 0], 10.0)
+    assert torch.allclose(cmd[:, 0], torch.tensor([0.8, 0.2, -0.8 / 9.0]))
+    o_a = env_a.step(a)[0]["policy"]
+    o_b = env_b.step(cmd)[0]["policy"]
+    assert torch.allclose(o_a, o_b)
+    assert torch.allclose(o_a[:, env_a.layout.groups["command"]], cmd)
+
+
 def test_reset_state_history_and_observation(bicycle, tracks) -> None:
     env = make_env(bicycle, tracks, n=3)
     obs = env.reset_to(torch.tensor([0, 1, 2]), torch.tensor([10.0, 50.0, 100.0]), 0.0, 0.0, torch.tensor([0.0, 8.0, 15.0]))["policy"]

@@ -127,9 +127,10 @@ def test_oracle_with_one_seed_trains_in_its_family_model_named_for_itself(bicycl
     assert json.loads((root / "metrics" / "oracle.json").read_text())["policy"] == "oracle"
 
 
-@pytest.mark.parametrize("kind", ["mlp", "gru"])
-def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_path, kind: str) -> None:
-    env = DistilledEnv(bicycle, tracks, EnvParams(num_envs=16, surface_label=kind == "gru"), seed=0)
+@pytest.mark.parametrize(("kind", "steer_full_speed"), [("mlp", 0.0), ("mlp", 6.0), ("gru", 6.0)])
+def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_path, kind: str, steer_full_speed: float) -> None:
+    env_params = EnvParams(num_envs=16, surface_label=kind == "gru", steer_full_speed=steer_full_speed)
+    env = DistilledEnv(bicycle, tracks, env_params, seed=0)
     ppo = PPOParams(policy=kind, actor_hidden=[32, 32], critic_hidden=[32], rnn_hidden=16, num_steps_per_env=8, learning_epochs=1, mini_batches=1)
     runner = make_runner(env, ppo, "cpu")
     with quiet():
@@ -137,20 +138,23 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
     actor = runner.alg.get_policy()
     actor.eval()
     assert float(actor.obs_normalizer.count) > 0
-    save_policy(tmp_path, actor, runner.alg.critic, {"obs": env.layout.to_json(), "policy": {"recurrent": kind == "gru", "num_actions": 2, "actor_cfg": runner.cfg["actor"]}})
+    meta = {"obs": env.layout.to_json(), "policy": {"recurrent": kind == "gru", "num_actions": 2, "actor_cfg": runner.cfg["actor"]}, "params": {"env": env_params.model_dump()}}
+    save_policy(tmp_path, actor, runner.alg.critic, meta)
     scripted, _ = load_exported(tmp_path)
     rebuilt, _ = load_actor(tmp_path)
     exported = as_callable(scripted, kind == "gru")
     actor.reset()
     rebuilt.reset()
     obs = env.reset()["policy"]
+    assert steer_full_speed == 0.0 or bool((obs[:, 0] > 1.5 * steer_full_speed).any())  # the map scales some cars
     for _ in range(5):  # a few steps, so a GRU's state matters
         with torch.inference_mode():
             td = TensorDict({"policy": obs}, batch_size=[obs.shape[0]])
-            mem = policy_to_command(actor(td))
-            again = policy_to_command(rebuilt(td))
+            mem = policy_to_command(actor(td), obs[:, 0], steer_full_speed)
+            again = policy_to_command(rebuilt(td), obs[:, 0], steer_full_speed)
             out = exported(obs)
-        assert torch.allclose(out, mem, atol=1e-5) and torch.allclose(again, mem, atol=1e-5)
+            deployed = load_policy_fn(tmp_path)[0](obs) if kind == "mlp" else out
+        assert torch.allclose(out, mem, atol=1e-5) and torch.allclose(again, mem, atol=1e-5) and torch.allclose(deployed, mem, atol=1e-5)
         assert ((out[:, 1:] >= 0) & (out[:, 1:] <= 1)).all() and (out[:, 0].abs() <= 1).all()
         obs = env.step(out)[0]["policy"]
     assert isinstance(deployable(actor), torch.nn.Module)

@@ -68,7 +68,7 @@ EXPORT_RESERVE_S = 5.0  # export, plot and MLflow at the end (measured ~2-4 s on
 def validate_source(actor: torch.nn.Module, env: SourceVecEnv, tracks: Sequence[Track], params: TrainParams) -> dict[str, Any]:
     """Deterministic episodes of `actor` in `env` (built on `tracks`, no auto-reset) from the validation start grid."""
     ti, s = start_grid(tracks, params.tracks.validation_starts)
-    policy = as_callable(deployable(actor).cpu(), bool(getattr(actor, "is_recurrent", False)))
+    policy = as_callable(deployable(actor, env.params.steer_full_speed).cpu(), bool(getattr(actor, "is_recurrent", False)))
     obs = env.reset_to(torch.as_tensor(ti), torch.as_tensor(s, dtype=torch.float32))["policy"]
     seconds = torch.clamp(env.track_length() / params.validation_min_speed, max=params.direct.validation_seconds)
     summary = source_episodes(env, policy, obs, torch.ceil(seconds / env.dt).long()).summary()

@@ -7,8 +7,8 @@
 next projection), the arc length and the net progress of the episode.
 
 Actions. The policy emits a = (steer, longitudinal) in [-1, 1]^2 (rsl_rl samples an unbounded
-Gaussian: the env clips), mapped to the command (steering_cmd = steer, throttle = max(u, 0),
-brake = max(-u, 0)). `step` also accepts a 3-D command [N, 3] directly (controllers, exported
+Gaussian: the env clips), mapped to the command by s3.rl.actions (steering_cmd = steer, scaled
+down above `steer_full_speed` when that is set; throttle = max(u, 0), brake = max(-u, 0)). `step` also accepts a 3-D command [N, 3] directly (controllers, exported
 policies); it is clipped to [-1, 1] x [0, 1] x [0, 1].
 
 One step (control period dt of the model):
@@ -66,6 +66,7 @@ from torch import Tensor
 from rsl_rl.env import VecEnv
 
 from s3.dynamics.base import DynamicsModel, integrate_pose
+from s3.rl.actions import command_to_policy, policy_to_command
 from s3.rl.observations import ObsLayout, assemble_paired, obs_layout, to_body
 from s3.rl.params import EnvParams
 from s3.tracks.torch_track import TrackBatch, gather_rows, remainder_near
@@ -126,17 +127,6 @@ class _Window:
     def fill(self, ids: Tensor, row: Tensor) -> None:
         """Cars `ids` get `row` [M, F] at every position of their window."""
         self.view[ids] = row[:, None].expand(-1, self.k, -1)
-
-
-def policy_to_command(a: Tensor) -> Tensor:
-    """(steer, longitudinal) [N, 2] in [-1, 1] -> (steering_cmd, throttle_cmd, brake_cmd) [N, 3]."""
-    a = a.clamp(-1.0, 1.0)
-    return torch.stack([a[:, 0], a[:, 1].clamp(min=0.0), (-a[:, 1]).clamp(min=0.0)], dim=1)
-
-
-def command_to_policy(cmd: Tensor) -> Tensor:
-    """The inverse map (throttle and brake together collapse to their difference)."""
-    return torch.stack([cmd[:, 0], cmd[:, 1] - cmd[:, 2]], dim=1)
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -341,7 +331,7 @@ class DistilledEnv(VecEnv):
             pol = command_to_policy(cmd)
         else:
             pol = a.clamp(-1.0, 1.0)
-            cmd = policy_to_command(pol)
+            cmd = policy_to_command(pol, self.hs[:, -1, 0], p.steer_full_speed)
         hs = self.hs
         s0 = hs[:, -1]
         s1 = self.model.step(hs, self.ha, cmd, self.mu if self.model.use_mu else None)

@@ -10,7 +10,8 @@ The TorchScript module maps obs [B, D] (float32, the layout in policy.json) to t
     MLP:  cmd = policy(obs)
     GRU:  cmd, h = policy(obs, h)      with h = policy.initial_state(B) at the start of an episode
 It applies the running observation normaliser learned in training, takes the Gaussian's mean,
-clips it to [-1, 1]^2 and maps (steer, longitudinal) onto the command.
+clips it to [-1, 1]^2 and maps (steer, longitudinal) onto the command (s3.rl.actions, with the
+speed-sensitive steering the policy trained under, read from its observation's vx).
 """
 
 from __future__ import annotations
@@ -27,33 +28,31 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from s3.io import atomic_path, write_json_atomic
+from s3.rl.actions import policy_to_command
 
 WEIGHTS, SCRIPT, META = "policy.safetensors", "policy.ts", "policy.json"
-
-
-def _command(a: Tensor) -> Tensor:
-    a = a.clamp(-1.0, 1.0)
-    return torch.stack([a[:, 0], a[:, 1].clamp(min=0.0), (-a[:, 1]).clamp(min=0.0)], dim=1)
 
 
 class DeployedPolicy(nn.Module):
     """Normaliser + MLP (mean action) + clip + command map."""
 
-    def __init__(self, actor: nn.Module) -> None:
+    def __init__(self, actor: nn.Module, steer_full_speed: float = 0.0) -> None:
         super().__init__()
         self.normalizer = copy.deepcopy(actor.obs_normalizer)
         self.mlp = copy.deepcopy(actor.mlp)
+        self.steer_full_speed = float(steer_full_speed)
 
     def forward(self, obs: Tensor) -> Tensor:
-        return _command(self.mlp(self.normalizer(obs)))
+        return policy_to_command(self.mlp(self.normalizer(obs)), obs[:, 0], self.steer_full_speed)
 
 
 class DeployedRecurrentPolicy(nn.Module):
     """Normaliser + GRU + MLP (mean action) + clip + command map, hidden state explicit."""
 
-    def __init__(self, actor: nn.Module) -> None:
+    def __init__(self, actor: nn.Module, steer_full_speed: float = 0.0) -> None:
         super().__init__()
         self.normalizer = copy.deepcopy(actor.obs_normalizer)
+        self.steer_full_speed = float(steer_full_speed)
         self.gru = copy.deepcopy(actor.rnn.rnn)
         self.mlp = copy.deepcopy(actor.mlp)
         self.num_layers = int(self.gru.num_layers)
@@ -61,23 +60,26 @@ class DeployedRecurrentPolicy(nn.Module):
 
     def forward(self, obs: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
         x, h1 = self.gru(self.normalizer(obs).unsqueeze(0), h)
-        return _command(self.mlp(x.squeeze(0))), h1
+        return policy_to_command(self.mlp(x.squeeze(0)), obs[:, 0], self.steer_full_speed), h1
 
     @torch.jit.export
     def initial_state(self, batch: int) -> Tensor:
         return torch.zeros(self.num_layers, batch, self.hidden_size, device=self.mlp[0].weight.device)
 
 
-def deployable(actor: nn.Module) -> nn.Module:
-    """The deployable module for an rsl_rl actor (MLPModel or RNNModel with a GRU), in eval mode."""
+def deployable(actor: nn.Module, steer_full_speed: float = 0.0) -> nn.Module:
+    """The deployable module for an rsl_rl actor (MLPModel or RNNModel with a GRU), in eval mode.
+
+    `steer_full_speed` is the env's (s3.rl.actions): a policy must be deployed with the map it trained under.
+    """
     dist = type(getattr(actor, "distribution", None)).__name__
     if dist != "GaussianDistribution":
         raise ValueError(f"export supports GaussianDistribution actors, got {dist}")
     if getattr(actor, "is_recurrent", False):
         if not isinstance(actor.rnn.rnn, nn.GRU):
             raise ValueError("export supports GRU recurrent actors only")
-        return DeployedRecurrentPolicy(actor).eval()
-    return DeployedPolicy(actor).eval()
+        return DeployedRecurrentPolicy(actor, steer_full_speed).eval()
+    return DeployedPolicy(actor, steer_full_speed).eval()
 
 
 def as_callable(module: nn.Module | torch.jit.ScriptModule, recurrent: bool) -> Callable[[Tensor], Tensor]:
@@ -103,7 +105,7 @@ def save_policy(folder: str | Path, actor: nn.Module, critic: nn.Module, meta: d
     state.update({f"critic.{k}": v.detach().cpu().contiguous() for k, v in critic.state_dict().items()})
     with atomic_path(folder / WEIGHTS) as tmp:
         save_file(state, str(tmp), metadata={"format": "s3-policy-1"})
-    module = deployable(actor).cpu()  # deployable copies the submodules it needs
+    module = deployable(actor, saved_steer_full_speed(meta)).cpu()  # deployable copies the submodules it needs
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         scripted = torch.jit.script(module)
@@ -127,13 +129,18 @@ def load_deployed(folder: str | Path, device: str | torch.device = "cpu") -> tup
     """The deployable policy rebuilt from policy.safetensors + policy.json: plain weights, so no
     code from the file runs (TorchScript, like pickle, would); the module equals policy.ts."""
     actor, meta = load_actor(folder, device)
-    return deployable(actor).to(device), meta
+    return deployable(actor, saved_steer_full_speed(meta)).to(device), meta
 
 
 def load_policy_fn(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Callable[[Tensor], Tensor], dict[str, Any]]:
     """A ready obs -> command callable from policies/<name>/ (fresh recurrent state)."""
     module, meta = load_deployed(folder, device)
     return as_callable(module, meta["policy"]["recurrent"]), meta
+
+
+def saved_steer_full_speed(meta: dict[str, Any]) -> float:
+    """The steering map a saved policy trained under (0 for policies saved before it existed)."""
+    return float(meta.get("params", {}).get("env", {}).get("steer_full_speed", 0.0))
 
 
 def policy_env_params(meta: dict[str, Any]) -> Any:

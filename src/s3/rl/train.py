@@ -139,7 +139,7 @@ def load_resume(path: Path, fingerprint: str, device: torch.device, say: Callabl
 def validate(actor: torch.nn.Module, model: DynamicsModel, tracks: list, params: TrainParams, device: torch.device) -> dict[str, Any]:
     """Deterministic episodes of `actor` on the validation tracks; the summary and the score."""
     ti, s = start_grid(tracks, params.tracks.validation_starts)
-    policy = as_callable(deployable(actor).to(device), bool(getattr(actor, "is_recurrent", False)))
+    policy = as_callable(deployable(actor, params.env.steer_full_speed).to(device), bool(getattr(actor, "is_recurrent", False)))
     max_seconds = np.array([tracks[i].length for i in ti]) / params.validation_min_speed
     out = run_episodes(policy, model, tracks, ti, s, params.env, max_seconds=max_seconds, device=device)
     summary = out.summary()
@@ -293,7 +293,7 @@ def _train(
         # road course, nominal: information only (never used for selection)
         road: dict[str, Any] = {"completed": None, "lap_time_s": None, "completion": None, "reason": "not run", "length_m": None}
         if params.road_course_check:
-            policy = as_callable(deployable(actor).to(device), bool(getattr(actor, "is_recurrent", False)))
+            policy = as_callable(deployable(actor, params.env.steer_full_speed).to(device), bool(getattr(actor, "is_recurrent", False)))
             lap = drive_lap(policy, model, road_course("nominal"), params.env, device=device)
             road = {"completed": lap.completed, "lap_time_s": lap.lap_time, "completion": round(min(lap.progress / lap.lap_length, 1.0), 4), "reason": lap.reason, "length_m": round(lap.lap_length, 1)}
 

@@ -143,6 +143,7 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
     scripted, _ = load_exported(tmp_path)
     rebuilt, _ = load_actor(tmp_path)
     exported = as_callable(scripted, kind == "gru")
+    deployed = load_policy_fn(tmp_path)[0]  # what evaluation drives: rebuilt from the weights, map from policy.json
     actor.reset()
     rebuilt.reset()
     obs = env.reset()["policy"]
@@ -153,8 +154,8 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
             mem = policy_to_command(actor(td), obs[:, 0], steer_full_speed)
             again = policy_to_command(rebuilt(td), obs[:, 0], steer_full_speed)
             out = exported(obs)
-            deployed = load_policy_fn(tmp_path)[0](obs) if kind == "mlp" else out
-        assert torch.allclose(out, mem, atol=1e-5) and torch.allclose(again, mem, atol=1e-5) and torch.allclose(deployed, mem, atol=1e-5)
+            dep = deployed(obs)
+        assert torch.allclose(out, mem, atol=1e-5) and torch.allclose(again, mem, atol=1e-5) and torch.allclose(dep, mem, atol=1e-5)
         assert ((out[:, 1:] >= 0) & (out[:, 1:] <= 1)).all() and (out[:, 0].abs() <= 1).all()
         obs = env.step(out)[0]["policy"]
     assert isinstance(deployable(actor), torch.nn.Module)

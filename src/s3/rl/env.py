@@ -8,8 +8,9 @@ next projection), the arc length and the net progress of the episode.
 
 Actions. The policy emits a = (steer, longitudinal) in [-1, 1]^2 (rsl_rl samples an unbounded
 Gaussian: the env clips), mapped to the command by s3.rl.actions (steering_cmd = steer, scaled
-down above `steer_full_speed` when that is set; throttle = max(u, 0), brake = max(-u, 0)). `step` also accepts a 3-D command [N, 3] directly (controllers, exported
-policies); it is clipped to [-1, 1] x [0, 1] x [0, 1].
+down above `steer_full_speed` when that is set; throttle = max(u, 0), brake = max(-u, 0)).
+`step` also accepts a 3-D command [N, 3] directly (controllers, exported policies); it is
+clipped to [-1, 1] x [0, 1] x [0, 1].
 
 One step (control period dt of the model):
     s[t+1] = model.step(history, command, mu)   mu = peak friction under the car at time t, from

@@ -17,7 +17,8 @@ from s3.dynamics.base import DynamicsModel
 from s3.dynamics.bicycle import BicycleModel, fit_bicycle
 from s3.dynamics.synthetic import generate_rollouts
 from s3.rl.controllers import PurePursuit, straight_line
-from s3.rl.env import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT, DistilledEnv, ObservationBuilder, command_to_policy, policy_to_command
+from s3.rl.actions import command_to_policy, policy_to_command
+from s3.rl.env import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT, DistilledEnv, ObservationBuilder
 from s3.rl.observations import obs_layout
 from s3.rl.params import EnvParams, TrackPoolParams, TrainParams
 from s3.rl.rollout import drive_lap, run_episodes
@@ -135,7 +136,7 @@ def test_action_maps() -> None:
 def test_speed_sensitive_steering() -> None:
     """Full range up to steer_full_speed, then (v0 / v)^2: the same lateral acceleration at any speed."""
     from s3.rl.actions import steer_range
-    from s3.rl.source_env import _split_action
+    from s3.rl.actions import split_action
 
     vx = torch.tensor([0.0, 6.0, 12.0, 24.0, -24.0, 48.0])
     assert torch.allclose(steer_range(vx, 12.0), torch.tensor([1.0, 1.0, 1.0, 0.25, 0.25, 0.0625]))
@@ -147,7 +148,7 @@ def test_speed_sensitive_steering() -> None:
     assert torch.equal(policy_to_command(a, vx, 0.0), policy_to_command(a))
     with pytest.raises(ValueError, match="vx"):
         policy_to_command(a, None, 12.0)
-    pol, src_cmd = _split_action(a.clone(), vx, 12.0)  # the source env (`direct`) uses the same map
+    pol, src_cmd = split_action(a.clone(), vx, 12.0)  # what both envs (the source's: `direct`) apply
     assert torch.equal(src_cmd, cmd) and torch.equal(pol, a)
 
 

@@ -12,7 +12,8 @@ from tensordict import TensorDict
 
 from s3.dynamics.checkpoint import save_checkpoint
 from s3.rl.bench import bench_env
-from s3.rl.env import DistilledEnv, policy_to_command
+from s3.rl.actions import policy_to_command
+from s3.rl.env import DistilledEnv
 from s3.rl.export import SCRIPT, WEIGHTS, as_callable, deployable, load_actor, load_exported, load_policy_fn, save_policy
 from s3.rl.params import EnvParams, PPOParams, TrainParams
 from s3.rl.ppo import make_runner, quiet

@@ -41,3 +41,13 @@ def policy_to_command(a: Tensor, vx: Optional[Tensor] = None, steer_full_speed: 
 def command_to_policy(cmd: Tensor) -> Tensor:
     """(steering_cmd, throttle - brake) [N, 2]: the action-rate penalty's view of a given command."""
     return torch.stack([cmd[:, 0], cmd[:, 1] - cmd[:, 2]], dim=1)
+
+
+def split_action(a: Tensor, vx: Tensor, steer_full_speed: float = 0.0) -> tuple[Tensor, Tensor]:
+    """(policy action [N, 2], command [N, 3]) from a policy action at forward speeds vx [N], or
+    from a 3-D command [N, 3] (controllers, exported policies), clipped to [-1, 1] x [0, 1] x [0, 1]."""
+    if a.shape[1] == 3:
+        cmd = torch.stack([a[:, 0].clamp(-1, 1), a[:, 1].clamp(0, 1), a[:, 2].clamp(0, 1)], dim=1)
+        return command_to_policy(cmd), cmd
+    pol = a.clamp(-1.0, 1.0)
+    return pol, policy_to_command(pol, vx, steer_full_speed)

@@ -67,7 +67,7 @@ from torch import Tensor
 from rsl_rl.env import VecEnv
 
 from s3.dynamics.base import DynamicsModel, integrate_pose
-from s3.rl.actions import command_to_policy, policy_to_command
+from s3.rl.actions import split_action
 from s3.rl.observations import ObsLayout, assemble_paired, obs_layout, to_body
 from s3.rl.params import EnvParams
 from s3.tracks.torch_track import TrackBatch, gather_rows, remainder_near
@@ -326,15 +326,9 @@ class DistilledEnv(VecEnv):
     @torch.inference_mode()
     def step(self, actions: Tensor) -> tuple[TensorDict, Tensor, Tensor, dict[str, Any]]:
         p, rp = self.params, self.params.reward
-        a = actions.to(self.device, torch.float32)
-        if a.shape[1] == 3:
-            cmd = torch.stack([a[:, 0].clamp(-1, 1), a[:, 1].clamp(0, 1), a[:, 2].clamp(0, 1)], dim=1)
-            pol = command_to_policy(cmd)
-        else:
-            pol = a.clamp(-1.0, 1.0)
-            cmd = policy_to_command(pol, self.hs[:, -1, 0], p.steer_full_speed)
         hs = self.hs
         s0 = hs[:, -1]
+        pol, cmd = split_action(actions.to(self.device, torch.float32), s0[:, 0], p.steer_full_speed)
         s1 = self.model.step(hs, self.ha, cmd, self.mu if self.model.use_mu else None)
         invalid = ~torch.isfinite(s1).all(dim=1)
         invalid |= torch.hypot(s1[:, 0], s1[:, 1]) > p.max_speed

@@ -40,7 +40,7 @@ from torch import Tensor
 
 from rsl_rl.env import VecEnv
 
-from s3.rl.actions import command_to_policy, policy_to_command
+from s3.rl.actions import split_action
 from s3.rl.env import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT, ObservationBuilder
 from s3.rl.params import EnvParams
 from s3.sim.base import Control, SimulatorError
@@ -374,7 +374,7 @@ class SourceVecEnv(VecEnv):
     @torch.inference_mode()
     def step(self, actions: Tensor, active: Tensor | None = None) -> tuple[TensorDict, Tensor, Tensor, dict[str, Any]]:
         """One control period; `active` [N] (default all) limits which cars are simulated at all."""
-        pol, cmd = _split_action(actions.detach().to("cpu", torch.float32), self.obs[:, 0], self.params.steer_full_speed)
+        pol, cmd = split_action(actions.detach().to("cpu", torch.float32), self.obs[:, 0], self.params.steer_full_speed)
         act = torch.ones(self.num_envs, dtype=torch.bool) if active is None else active.to("cpu", torch.bool)
         state, ds, invalid = self._advance(cmd, act)
         reward, off, backwards, stalled, time_out = self._judge(pol, ds, invalid, act)
@@ -489,15 +489,6 @@ class SourceVecEnv(VecEnv):
         out = self._stats.summary()
         self._stats = _Stats()
         return out
-
-
-def _split_action(a: Tensor, vx: Tensor, steer_full_speed: float) -> tuple[Tensor, Tensor]:
-    """(policy action [N, 2], command [N, 3]) from a policy action (at forward speeds vx [N]) or a 3-D command."""
-    if a.shape[1] == 3:
-        cmd = torch.stack([a[:, 0].clamp(-1, 1), a[:, 1].clamp(0, 1), a[:, 2].clamp(0, 1)], dim=1)
-        return command_to_policy(cmd), cmd
-    pol = a.clamp(-1.0, 1.0)
-    return pol, policy_to_command(pol, vx, steer_full_speed)
 
 
 def _reasons(off: Tensor, backwards: Tensor, invalid: Tensor, stalled: Tensor, time_out: Tensor) -> Tensor:

@@ -17,7 +17,7 @@ from s3.rl.env import DistilledEnv
 from s3.rl.export import SCRIPT, WEIGHTS, as_callable, deployable, load_actor, load_exported, load_policy_fn, save_policy
 from s3.rl.params import EnvParams, PPOParams, TrainParams
 from s3.rl.ppo import make_runner, quiet
-from s3.rl.train import train, train_policy
+from s3.rl.train import kept_index, train, train_policy
 from s3.tracks.generate import procedural_track
 
 torch.set_num_threads(1)
@@ -70,6 +70,8 @@ def test_tiny_ppo_beats_random_and_writes_policy_files(trained, bicycle, tracks)
     assert meta["obs"]["dim"] == 119 and meta["policy"]["type"] == "mlp"
     assert 0.0 <= meta["validation"]["score"] <= 1.0 and meta["validation"]["score"] == summary["validation"]["score"]
     assert meta["train"]["env_steps"] == 24 * 128 * 16 and len(meta["history"]) == 3
+    scores = [h["score"] for h in meta["history"]]
+    assert meta["validation"]["iteration"] == meta["history"][kept_index(scores, 0.1)]["iteration"]  # the default rule
     assert meta["dynamics_model"]["sha256"] and meta["params"]["env"]["num_envs"] == 128
     # the trained policy earns more per step than random actions, in the same env and starts
     env = DistilledEnv(bicycle, tracks, EnvParams(num_envs=32), seed=3)
@@ -79,6 +81,23 @@ def test_tiny_ppo_beats_random_and_writes_policy_files(trained, bicycle, tracks)
     random_r = _mean_step_reward(env, lambda obs: torch.rand(obs.shape[0], 2, generator=g) * 2 - 1)
     assert trained_r > random_r + 0.05, (trained_r, random_r)
     assert trained_r > 0.1  # > 1 m/s of mean progress
+
+
+def test_kept_checkpoint_is_the_latest_within_tolerance_of_the_best() -> None:
+    scores = [0.2, 0.9, 0.85, 0.5, 0.82, 0.4]
+    assert kept_index(scores, 0.0) == 1  # the best
+    assert kept_index(scores, 0.1) == 4  # 0.82 is within 0.1 of 0.9; the collapse to 0.4 is not
+    assert kept_index(scores, 0.05) == 2
+    assert kept_index([0.5, 0.7, 0.7], 0.0) == 2  # ties: the later one
+    # decided after every chunk (as train does), the rule keeps what it keeps when applied once at the end
+    rng = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        seq = torch.rand(int(torch.randint(1, 12, (1,), generator=rng)), generator=rng).tolist()
+        online = 0
+        for n in range(1, len(seq) + 1):
+            if kept_index(seq[:n], 0.1) == n - 1:
+                online = n - 1
+        assert online == kept_index(seq, 0.1), seq
 
 
 def test_learning_curve_is_in_mlflow(trained) -> None:

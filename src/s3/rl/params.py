@@ -103,7 +103,7 @@ class TrackPoolParams(_Section):
 
     pool_size: int = Field(64, ge=1, le=4096, description="training tracks in the env at once")
     refresh_fraction: float = Field(0.25, ge=0.0, le=1.0, description="share of the pool replaced by new tracks after every chunk")
-    validation_tracks: int = Field(8, ge=1, le=256, description="held-out procedural tracks for checkpoint selection")
+    validation_tracks: int = Field(32, ge=1, le=256, description="held-out procedural tracks for checkpoint selection (x validation_starts runs)")
     validation_starts: int = Field(2, ge=1, le=64, description="start points per validation track")
     mirror_probability: float = Field(0.5, ge=0.0, le=1.0, description="chance a track is mirrored (left turns become right turns)")
     circuit_fraction: float = Field(0.5, ge=0.0, le=1.0, description="share of circuit-style tracks (the rest: spline blobs)")
@@ -192,6 +192,9 @@ class TrainParams(_Section):
     max_minutes: float = Field(4.0, gt=0.0, le=10000.0, description="stop PPO after this wall time (checked between chunks)")
     chunk_iterations: int = Field(20, ge=1, le=100000, description="PPO iterations between validations")
     validation_min_speed: float = Field(6.0, gt=0.5, le=100.0, description="a validation lap must average at least this (m/s)")
+    validation_tolerance: float = Field(
+        0.1, ge=0.0, le=1.0, description="keep the latest checkpoint scoring within this of the best (0: the best; see s3.rl.train)"
+    )
     road_course_check: bool = Field(True, description="after training, drive the nominal road course once (information only)")
     mlflow_experiment: str = Field("s3", min_length=1, max_length=200)
     env: EnvParams = EnvParams()

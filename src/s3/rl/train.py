@@ -12,8 +12,9 @@ chunk) in MLflow ($MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db).
 
 Loop: learn `chunk_iterations` PPO iterations; evaluate the deterministic policy on held-out
 *procedural* validation tracks (disjoint seeds, see s3.rl.tracks; never the road course); keep the
-checkpoint with the best validation score (mean share of a lap driven before leaving the road,
-turning around or running out of time at `validation_min_speed`; ties go to the later one);
+latest checkpoint whose validation score (mean share of a lap driven before leaving the road,
+turning around or running out of time at `validation_min_speed`) is within `validation_tolerance`
+of the best so far (`kept_index`);
 replace part of the training-track pool (every car restarts); stop at max_env_steps or
 max_minutes. At the end the kept checkpoint is saved and exported, and, for information only, it
 drives one lap of the built-in road course (nominal) inside the same distilled env.
@@ -147,6 +148,19 @@ def validate(actor: torch.nn.Module, model: DynamicsModel, tracks: list, params:
     return summary
 
 
+def kept_index(scores: list[float], tolerance: float) -> int:
+    """The checkpoint to keep: the latest whose validation score is within `tolerance` of the best.
+
+    Why not simply the best: on 64 validation runs one checkpoint's score has a standard error of
+    about 0.04 (measured), so a gap under ~0.1 between two checkpoints is noise, while later
+    checkpoints were measured faster and no less reliable on held-out source tracks (README "Pace").
+    The tolerance makes validation a guard against a real collapse rather than a pick among noise.
+    Applied after every chunk it keeps the same checkpoint as applied once at the end.
+    """
+    top = max(scores)
+    return max(i for i, s in enumerate(scores) if s >= top - tolerance)
+
+
 def file_sha256(path: Path) -> str | None:
     """The file's SHA-256 (hex), or None if it does not exist (how policy.json names its dynamics model)."""
     if not path.exists():
@@ -266,7 +280,7 @@ def _train(
                 },
                 step=done_it - 1,
             )
-            if val["score"] >= best["score"]:
+            if kept_index([h["score"] for h in history], params.validation_tolerance) == len(history) - 1:
                 best = {"score": val["score"], "iteration": done_it - 1, "env_steps": val["env_steps"], "actor": _clone_state(runner.alg.get_policy()), "critic": _clone_state(runner.alg.critic), "summary": val}
             say(
                 f"train {family}: it {done_it}/{max_it}  {val['env_steps'] / 1e6:.2f} M steps  reward {rewards[-1] if rewards else float('nan'):.2f}  "
@@ -324,6 +338,7 @@ def _train(
             "validation": {
                 "score": best["score"],
                 "score_definition": "mean share of a lap driven on held-out procedural tracks before failing or running out of time",
+                "selection": f"the latest checkpoint scoring within {params.validation_tolerance} of the best ({max(h['score'] for h in history):.4f})",
                 "iteration": best["iteration"],
                 "env_steps": best["env_steps"],
                 "track_seeds": [VALIDATION_SEED_BASE + validation_seed * 1000 + i for i in range(params.tracks.validation_tracks)],

@@ -70,6 +70,7 @@ def test_tiny_ppo_beats_random_and_writes_policy_files(trained, bicycle, tracks)
     assert meta["obs"]["dim"] == 119 and meta["policy"]["type"] == "mlp"
     assert 0.0 <= meta["validation"]["score"] <= 1.0 and meta["validation"]["score"] == summary["validation"]["score"]
     assert meta["train"]["env_steps"] == 24 * 128 * 16 and len(meta["history"]) == 3
+    assert meta["train"]["stopped_by"] == "max_env_steps"  # the budget, not the safety cap, ended it
     scores = [h["score"] for h in meta["history"]]
     assert meta["validation"]["iteration"] == meta["history"][kept_index(scores, 0.1)]["iteration"]  # the default rule
     assert meta["dynamics_model"]["sha256"] and meta["params"]["env"]["num_envs"] == 128
@@ -136,6 +137,16 @@ def test_gru_policy_with_surface_label_trains_in_chunks(bicycle, root) -> None:
     env = DistilledEnv(bicycle, [procedural_track(0)], params.env, num_envs=5)
     cmd = policy(env.get_observations()["policy"])
     assert cmd.shape == (5, 3) and torch.isfinite(cmd).all()
+
+
+def test_the_wall_clock_cap_stops_after_a_chunk_and_says_so(bicycle, root) -> None:
+    """A cap shorter than one chunk ends training after that chunk, and the policy says the clock, not the budget, stopped it."""
+    params = TrainParams.model_validate(
+        {**TINY, "max_env_steps": 64 * 8 * 6, "max_minutes": 1e-6, "chunk_iterations": 2, "env": {"num_envs": 64}, "ppo": {**TINY["ppo"], "num_steps_per_env": 8}}
+    )
+    summary = train_policy(bicycle, root / "policies" / "capped", None, params, "bicycle")
+    assert summary["train"]["iterations"] == 2 and summary["train"]["env_steps"] == 2 * 64 * 8
+    assert summary["train"]["stopped_by"] == "max_minutes"
 
 
 def test_oracle_with_one_seed_trains_in_its_family_model_named_for_itself(bicycle, root) -> None:

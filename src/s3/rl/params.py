@@ -1,8 +1,9 @@
 """Parameters of the train stage (the `train:` section of params.yaml).
 
-Defaults are sized so that one family trains in about five minutes on two CPU cores
-(`max_minutes` caps the PPO wall time; `max_env_steps` caps the sample budget), which puts all
-four families under the 20-minute goal. Every field is bounded; unknown keys are refused.
+Defaults are sized so that one family trains in about four to five minutes on two idle CPU
+cores, which puts all four families under the 20-minute goal. The budget is `max_env_steps`, so
+that a run gives the same policy however busy the machine is; `max_minutes` is only a safety cap
+(a run it stops says so in `train.stopped_by`). Every field is bounded; unknown keys are refused.
 """
 
 from __future__ import annotations
@@ -188,8 +189,10 @@ class TrainParams(_Section):
     seed_workers: int = Field(0, ge=0, le=64, description="seed runs trained at once, one process each (0 = as many as the CPU cores hold at torch_threads each)")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     torch_threads: int = Field(0, ge=0, le=256, description="torch intra-op threads (0 = torch default)")
-    max_env_steps: int = Field(6_000_000, ge=1, le=10**11, description="stop after this many environment steps")
-    max_minutes: float = Field(4.0, gt=0.0, le=10000.0, description="stop PPO after this wall time (checked between chunks)")
+    max_env_steps: int = Field(6_000_000, ge=1, le=10**11, description="the budget: stop after this many environment steps")
+    max_minutes: float = Field(
+        12.0, gt=0.0, le=10000.0, description="safety cap: stop PPO after this wall time (checked between chunks; the result then depends on the machine)"
+    )
     chunk_iterations: int = Field(20, ge=1, le=100000, description="PPO iterations between validations")
     validation_min_speed: float = Field(6.0, gt=0.5, le=100.0, description="a validation lap must average at least this (m/s)")
     validation_tolerance: float = Field(
@@ -207,7 +210,7 @@ class TrainParams(_Section):
     )
     per_policy: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
-        description="overrides of the keys above for one policy (a family, oracle or direct), e.g. {ddm: {max_minutes: 6}}: "
+        description="overrides of the keys above for one policy (a family, oracle or direct), e.g. {ddm: {max_env_steps: 8000000}}: "
         "dvc.yaml tracks each policy's entry only in that policy's stages",
     )
 

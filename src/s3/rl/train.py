@@ -15,8 +15,9 @@ Loop: learn `chunk_iterations` PPO iterations; evaluate the deterministic policy
 latest checkpoint whose validation score (mean share of a lap driven before leaving the road,
 turning around or running out of time at `validation_min_speed`) is within `validation_tolerance`
 of the best so far (`kept_index`);
-replace part of the training-track pool (every car restarts); stop at max_env_steps or
-max_minutes. At the end the kept checkpoint is saved and exported, and, for information only, it
+replace part of the training-track pool (every car restarts); stop at max_env_steps, the budget
+that keeps a run deterministic, or at the max_minutes safety cap (recorded as `train.stopped_by`:
+a run cut by the clock depends on how busy the machine was). At the end the kept checkpoint is saved and exported, and, for information only, it
 drives one lap of the built-in road course (nominal) inside the same distilled env.
 
 Crashes. After every chunk the runner state (actor, critic, optimizer, iteration, best-so-far,
@@ -249,6 +250,7 @@ def _train(
             ml.log_metrics(client, run_id, {"train/resumed_from_iteration": done_it}, step=max(done_it - 1, 0))
             say(f"train {family}: resuming from {resume_file} at iteration {done_it}/{max_it}")
         _guard_updates(runner, done_it)
+        stopped_by = "max_env_steps"
         while done_it < max_it:
             n_it = min(params.chunk_iterations, max_it - done_it)
             t0 = time.perf_counter()
@@ -286,7 +288,8 @@ def _train(
                 f"train {family}: it {done_it}/{max_it}  {val['env_steps'] / 1e6:.2f} M steps  reward {rewards[-1] if rewards else float('nan'):.2f}  "
                 f"val completion {val['mean_completion']:.2f} (laps {val['completion_rate']:.2f})  {time.perf_counter() - t_start:.0f} s"
             )
-            if time.perf_counter() - t_start >= 60.0 * params.max_minutes:
+            if done_it < max_it and time.perf_counter() - t_start >= 60.0 * params.max_minutes:
+                stopped_by = "max_minutes"  # the result now depends on how fast the machine was
                 break
             if done_it < max_it and params.tracks.refresh_fraction > 0:
                 changed = pool.refresh()
@@ -352,6 +355,7 @@ def _train(
                 "ppo_wall_s": round(t_ppo, 1),
                 "env_steps": env_steps,
                 "iterations": done_it,
+                "stopped_by": stopped_by,
                 "ppo_steps_per_s": round(env_steps / max(t_ppo, 1e-9)),
                 "invalid_model_steps": env.invalid_model_steps,
                 "episodes": int(env.episode_count),

@@ -149,6 +149,25 @@ def test_the_wall_clock_cap_stops_after_a_chunk_and_says_so(bicycle, root) -> No
     assert summary["train"]["stopped_by"] == "max_minutes"
 
 
+def test_a_slow_machine_trains_the_same_policy(bicycle, root, monkeypatch) -> None:
+    """The budget is env steps: a run whose clock reads 100x the real time keeps bit-identical weights."""
+    import time as real_time
+    from types import SimpleNamespace
+
+    import s3.rl.train as train_mod
+
+    params = TrainParams.model_validate(
+        {**TINY, "max_env_steps": 64 * 8 * 4, "chunk_iterations": 2, "env": {"num_envs": 64}, "ppo": {**TINY["ppo"], "num_steps_per_env": 8}}
+    )
+    fast = train_policy(bicycle, root / "policies" / "fast", None, params, "bicycle")
+    t0 = real_time.perf_counter()
+    monkeypatch.setattr(train_mod, "time", SimpleNamespace(perf_counter=lambda: t0 + 100.0 * (real_time.perf_counter() - t0)))
+    slow = train_policy(bicycle, root / "policies" / "slow", None, params, "bicycle")
+    assert slow["train"]["wall_s"] > 20.0 * fast["train"]["wall_s"]  # the clock did run slow
+    assert fast["train"]["stopped_by"] == slow["train"]["stopped_by"] == "max_env_steps"
+    assert (root / "policies" / "fast" / WEIGHTS).read_bytes() == (root / "policies" / "slow" / WEIGHTS).read_bytes()
+
+
 def test_oracle_with_one_seed_trains_in_its_family_model_named_for_itself(bicycle, root) -> None:
     from mlflow.tracking import MlflowClient
 

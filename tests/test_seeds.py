@@ -92,3 +92,53 @@ def test_seed_params() -> None:
     assert TrainParams(seeds=3).for_policy("direct").seeds == 1  # direct's budget is the whole machine's wall clock
     with pytest.raises(ValueError, match="seeds"):
         TrainParams(seeds=0)
+
+
+def test_source_scores_drive_each_candidate_in_the_source_simulator(two_seeds) -> None:
+    """The real scorer: every candidate on the validation start grid in the MuJoCo car, repeatably."""
+    from s3.config import Params
+    from s3.rl.source_selection import source_scores
+
+    root, params = two_seeds["root"], two_seeds["params"]
+    folders = [root / "policies" / NAME / "seeds" / f"seed{s}" for s in (1, 2)]
+    tp = params.model_copy(update={"source_validation_tracks": 1})
+    first = source_scores(folders, Params(), tp)
+    assert [r["episodes"] for r in first] == [1, 1] and [r["tracks"] for r in first] == [1, 1]
+    for r in first:
+        assert 0.0 <= r["score"] <= 1.0 and r["score"] == r["mean_completion"] and r["car_steps"] > 0
+    assert source_scores(folders, Params(), tp) == first  # deterministic: the simulator and the policies are
+
+
+def test_source_selection_decides_and_reuses_the_trained_candidates(two_seeds) -> None:
+    """With a scorer the source score decides, even against the in-model score; changing only the
+    selection keys retrains nothing."""
+    import shutil
+
+    root, params, first = two_seeds["root"], two_seeds["params"], two_seeds["summary"]["seed_selection"]
+    loser = next(r["seed"] for r in first["seeds"] if r["seed"] != first["selected_seed"])
+    out = root / "policies_source"
+    for s in (1, 2):  # the finished candidates, where a re-run of the stage looks for them
+        shutil.copytree(root / "policies" / NAME / "seeds" / f"seed{s}", out / CANDIDATES / NAME / f"seed{s}")
+    asked: list = []
+
+    def scorer(folders: list) -> list[dict]:
+        asked.extend(f.name for f in folders)
+        return [{"score": 1.0 if f.name == f"seed{loser}" else 0.0} for f in folders]
+
+    p = params.model_copy(update={"seed_selection": "source", "source_validation_tracks": 3})
+    summary = train_seeds(NAME, "bicycle", root / "models" / "bicycle", out, root / "plots" / "src.png", p, scorer)
+    sel = summary["seed_selection"]
+    assert asked == ["seed1", "seed2"] and sel["in"] == "source" and sel["selected_seed"] == loser
+    assert [r["source"]["score"] for r in sel["seeds"]] == [float(r["seed"] == loser) for r in sel["seeds"]]
+    assert [r["mlflow_run_id"] for r in sel["seeds"]] == [r["mlflow_run_id"] for r in first["seeds"]]  # reused, not retrained
+    assert (out / NAME / WEIGHTS).read_bytes() == (root / "policies" / NAME / "seeds" / f"seed{loser}" / WEIGHTS).read_bytes()
+
+
+def test_source_selection_needs_the_embedded_simulator(root) -> None:
+    from s3.config import Params
+    from s3.rl.stage import train_one
+    from s3.rl.train import TrainError
+
+    params = Params.model_validate({"sim": {"backend": "beamng"}, "train": {**TINY, "seeds": 2, "seed_selection": "source"}})
+    with pytest.raises(TrainError, match="sim.backend 'mujoco'"):
+        train_one("bicycle", params, root / "models", root / "policies_beamng", root / "plots", root / "metrics")

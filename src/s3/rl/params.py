@@ -186,6 +186,12 @@ class TrainParams(_Section):
         description="independent PPO runs per policy (seeds seed, seed+1, ...), each for the full budget; the one with the best "
         "score on the held-out procedural validation tracks (one set, shared by all) is kept (see s3.rl.seeds). `direct` always runs one",
     )
+    seed_selection: Literal["model", "source"] = Field(
+        "model",
+        description="where the seeds are compared: 'model' = the in-model validation score; 'source' = the same score in the source "
+        "simulator on the first source_validation_tracks validation tracks (s3.rl.source_selection; sim.backend mujoco)",
+    )
+    source_validation_tracks: int = Field(16, ge=1, le=4096, description="validation tracks driven in the source when seed_selection is 'source'")
     seed_workers: int = Field(0, ge=0, le=64, description="seed runs trained at once, one process each (0 = as many as the CPU cores hold at torch_threads each)")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     torch_threads: int = Field(0, ge=0, le=256, description="torch intra-op threads (0 = torch default)")

@@ -8,7 +8,10 @@ so on a machine with K cores K seeds cost about the wall clock of one (on 2 core
 slower than alone). Each seed k in (seed, seed + 1, ..., seed + seeds - 1) trains for the full
 budget in its own process (`seed_workers` at once), validating on the *same* held-out procedural
 tracks (those of `seed`), so their scores compare; the best score wins (ties: the lowest seed).
-The evaluation road course plays no part in the choice.
+With `seed_selection: source` the stage passes a scorer (s3.rl.source_selection) and the score
+that decides is each candidate's lap share in the source simulator on those tracks (ties: the
+in-model score, then the lowest seed): the weights are still trained only in the model. The
+evaluation road course plays no part in the choice.
 
 Files. Candidates train in <out_dir>/.seeds/<name>/seed<k>/ (outside the DVC output, so that a
 killed run resumes: each keeps its own resume file, and a finished candidate whose params,
@@ -26,6 +29,7 @@ import multiprocessing
 import os
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,8 @@ from s3.rl.train import file_sha256
 
 CANDIDATES = ".seeds"
 CURVE = "learning_curve.png"  # each candidate's, in its folder
+SELECTION_ONLY = {"progress_bar", "seed_selection", "source_validation_tracks"}  # keys no candidate's training reads
+Scorer = Callable[[list[Path]], list[dict[str, Any]]]
 
 
 def seed_workers(params: TrainParams) -> int:
@@ -58,10 +64,10 @@ def _finished(folder: Path, params: TrainParams, model_folder: Path, validation_
     except (OSError, ValueError):
         return None
     same_model = meta.get("dynamics_model", {}).get("sha256") == file_sha256(model_folder / "model.safetensors")
-    saved = {k: v for k, v in (meta.get("params") or {}).items() if k != "progress_bar"}
+    saved = {k: v for k, v in (meta.get("params") or {}).items() if k not in SELECTION_ONLY}
     tracks = [VALIDATION_SEED_BASE + validation_seed * 1000 + i for i in range(params.tracks.validation_tracks)]
     same_tracks = meta.get("validation", {}).get("track_seeds") == tracks
-    if saved != params.model_dump(mode="json", exclude={"progress_bar"}) or not (same_model and same_tracks) or not (folder / SCRIPT).exists():
+    if saved != params.model_dump(mode="json", exclude=SELECTION_ONLY) or not (same_model and same_tracks) or not (folder / SCRIPT).exists():
         return None
     return {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
 
@@ -82,8 +88,10 @@ def _copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, tmp)
 
 
-def train_seeds(name: str, family: str, model_folder: str | Path, out_dir: str | Path, plot_path: str | Path, params: TrainParams) -> dict[str, Any]:
-    """Train params.seeds seeds of policy `name` in `family`'s env; keep the best (module docstring)."""
+def train_seeds(
+    name: str, family: str, model_folder: str | Path, out_dir: str | Path, plot_path: str | Path, params: TrainParams, source_scorer: Scorer | None = None
+) -> dict[str, Any]:
+    """Train params.seeds seeds of policy `name` in `family`'s env; keep the best, by `source_scorer` if given (module docstring)."""
     t0 = time.perf_counter()
     model_folder, out_dir = Path(model_folder), Path(out_dir)
     root = out_dir / CANDIDATES / name
@@ -113,12 +121,14 @@ def train_seeds(name: str, family: str, model_folder: str | Path, out_dir: str |
          "wall_s": r["train"]["wall_s"], "mlflow_run_id": r["mlflow_run_id"]}
         for s, r in sorted(results.items())
     ]  # fmt: skip
-    best = max(sorted(results), key=lambda s: (results[s]["validation"]["score"], -s))
-    selection = {
-        "selected_seed": best,
-        "rule": "best validation score on the shared held-out procedural tracks (ties: lowest seed); the road course is not used",
-        "seeds": table,
-    }
+    rule = "best validation score on the shared held-out procedural tracks (ties: lowest seed); the road course is not used"
+    if source_scorer is not None:
+        for row, scored in zip(table, source_scorer([root / f"seed{r['seed']}" for r in table])):
+            row["source"] = scored
+        rule = "best lap share in the source simulator on the shared held-out procedural tracks (ties: the in-model score, then the lowest seed); the road course is not used"
+    key = {r["seed"]: (r["source"]["score"] if "source" in r else r["validation_score"], r["validation_score"], -r["seed"]) for r in table}
+    best = max(key, key=key.__getitem__)
+    selection = {"selected_seed": best, "in": "source" if source_scorer is not None else "model", "rule": rule, "seeds": table}
     final = out_dir / name
     src = root / f"seed{best}"
     for f in (WEIGHTS, SCRIPT):

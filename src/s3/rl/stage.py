@@ -8,11 +8,14 @@
 - `direct`: PPO in the source simulator itself for `train.direct.budget_s` (s3.rl.direct).
 Each gets `train.per_policy.<name>` merged over the shared train params, and writes
 <out_dir>/<name>/, <plots_dir>/<name>.png and <metrics_dir>/<name>.json. With `train.seeds` > 1 a
-distilled-env policy trains that many seeds side by side and keeps the best (s3.rl.seeds).
+distilled-env policy trains that many seeds side by side and keeps the best (s3.rl.seeds), by
+the in-model validation score or, with `train.seed_selection: source`, by the same score in the
+source simulator (s3.rl.source_selection).
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +44,21 @@ def train_one(name: str, root: Any, models_dir: str | Path, out_dir: str | Path,
         return train_direct(root.model_copy(update={"train": tp}), out_dir, plots_dir, metrics_dir)
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.env import resolve_device
-    from s3.rl.train import train_policy
+    from s3.rl.train import TrainError, train_policy
 
     family = tp.oracle_family if name == "oracle" else name
     model_folder = Path(models_dir) / family
     if tp.seeds > 1:
         from s3.rl.seeds import train_seeds
 
-        summary = train_seeds(name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp)
+        scorer = None
+        if tp.seed_selection == "source":
+            from s3.rl.source_selection import source_scores
+
+            if root.sim.backend != "mujoco":
+                raise TrainError(f"train.seed_selection 'source' drives the seeds side by side in the embedded simulator: it needs sim.backend 'mujoco', not {root.sim.backend!r}")
+            scorer = functools.partial(source_scores, root=root, tp=tp)
+        summary = train_seeds(name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp, scorer)
     else:
         model = load_checkpoint(model_folder, family, resolve_device(tp.device))
         summary = train_policy(model, Path(out_dir) / name, Path(plots_dir) / f"{name}.png", tp, family, None, model_folder, run_name=name)

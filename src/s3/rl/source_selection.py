@@ -1,0 +1,48 @@
+"""Scoring finished seed candidates in the source simulator, on held-out procedural tracks.
+
+    source_scores(folders, root, tp) -> [summary per folder]      (summary["score"]: lap share)
+
+Why. In-model validation measures how a policy drives in its own distilled model, and a policy
+can learn to exploit that model. In the eighth run (README, "Seeds, chosen in the source") the
+in-model score kept the seed that was worse in the source, on held-out procedural tracks, for
+three of the four learned policies, and the two clearly worse ones failed every road-course
+lap. So the choice among seeds, whose weights are already trained only in the model, is made
+where the policy will be deployed: the source simulator, in the evaluation's car
+(`evaluate.driver_aids`), on the first `train.source_validation_tracks` of the policy's own
+held-out procedural validation tracks (never the road course), from the same start grid as
+in-model validation, each run ending at its lap, a failure, or after the lap length at
+`train.validation_min_speed`. The source steps this costs are recorded beside the scores.
+Needs the embedded simulator (`sim.backend: mujoco`): its cars run side by side in worker
+processes (s3.rl.source_env).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from s3.rl.direct import source_episodes
+from s3.rl.export import load_policy_fn, policy_env_params
+from s3.rl.params import TrainParams
+from s3.rl.source_env import SourceVecEnv
+from s3.rl.tracks import start_grid, validation_tracks
+
+
+@torch.inference_mode()
+def source_scores(folders: Sequence[Path], root: Any, tp: TrainParams) -> list[dict[str, Any]]:
+    """Each saved policy in `folders` driven in the source simulator on the validation tracks (module docstring)."""
+    tracks = validation_tracks(tp.tracks, tp.seed)[: tp.source_validation_tracks]
+    ti, s = start_grid(tracks, tp.tracks.validation_starts)
+    out = []
+    for folder in folders:
+        policy, meta = load_policy_fn(folder)
+        with SourceVecEnv(tracks, root.sim, policy_env_params(meta), num_envs=len(ti), seed=tp.seed, auto_reset=False, aids=root.evaluate.driver_aids) as env:
+            obs = env.reset_to(torch.as_tensor(ti), torch.as_tensor(s, dtype=torch.float32))["policy"]
+            limit = torch.ceil(env.track_length() / tp.validation_min_speed / env.dt).long()
+            batch = source_episodes(env, policy, obs, limit)
+        summary = batch.summary()
+        out.append({**summary, "score": summary["mean_completion"], "car_steps": int(batch.steps.sum()), "tracks": len(tracks)})
+    return out

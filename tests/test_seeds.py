@@ -34,6 +34,7 @@ def test_best_seed_is_kept_with_every_candidate_beside_it(two_seeds) -> None:
     sel = summary["seed_selection"]
     scores = {row["seed"]: row["validation_score"] for row in sel["seeds"]}
     assert sorted(scores) == [1, 2] and sel["workers"] == 2
+    assert sel["reused_seeds"] == [] and sel["rl_wall_s"] == sel["wall_s"] and sel["in"] == "model"
     best = max(sorted(scores), key=lambda s: (scores[s], -s))
     assert sel["selected_seed"] == best and summary["validation"]["score"] == scores[best]
     metas = {s: json.loads((final / "seeds" / f"seed{s}" / "policy.json").read_text()) for s in scores}
@@ -131,6 +132,8 @@ def test_source_selection_decides_and_reuses_the_trained_candidates(two_seeds) -
     assert asked == ["seed1", "seed2"] and sel["in"] == "source" and sel["selected_seed"] == loser
     assert [r["source"]["score"] for r in sel["seeds"]] == [float(r["seed"] == loser) for r in sel["seeds"]]
     assert [r["mlflow_run_id"] for r in sel["seeds"]] == [r["mlflow_run_id"] for r in first["seeds"]]  # reused, not retrained
+    assert sel["reused_seeds"] == [1, 2] and sel["wall_s"] < sel["rl_wall_s"]  # the RL cost is the candidates' own training
+    assert sel["rl_wall_s"] >= max(r["wall_s"] for r in first["seeds"])
     assert (out / NAME / WEIGHTS).read_bytes() == (root / "policies" / NAME / "seeds" / f"seed{loser}" / WEIGHTS).read_bytes()
 
 

@@ -235,7 +235,7 @@ def _row(name: str, distill: dict | None, ev: dict | None, train: dict | None, p
         "policy": policy,
         "transfer_gap": gap_columns(ev),
         "quality": {"score": quality_score(policy), "rank": None},
-        "rl_wall_s": _num(_get(train, "seed_selection", "wall_s")) or _num(_get(train, "train", "wall_s")),  # all seeds, side by side
+        "rl_wall_s": _num(_get(train, "seed_selection", "rl_wall_s")) or _num(_get(train, "seed_selection", "wall_s")) or _num(_get(train, "train", "wall_s")),  # all seeds, side by side
         "distill_wall_s": _num(_get(distill, "total_wall_s")) if distill else None,
     }
 

@@ -18,7 +18,9 @@ killed run resumes: each keeps its own resume file, and a finished candidate who
 dynamics model and validation tracks are unchanged is reused rather than retrained). When all are
 done, the winner is copied into <out_dir>/<name>/ (its policy.json gains "seed_selection"), every
 candidate (with its learning_curve.png) moves to <out_dir>/<name>/seeds/seed<k>/, and the
-winner's curve becomes `plot_path`. Each candidate has its own MLflow run (train-<name>-seed<k>,
+winner's curve becomes `plot_path`. `seed_selection.rl_wall_s` is the policy's RL wall clock: this
+call's, or, when finished candidates were reused, their own train walls run side by side in rounds
+of `seed_workers`, plus the selection. Each candidate has its own MLflow run (train-<name>-seed<k>,
 tagged s3.family = the model family); the summary's mlflow_run_id is the winner's.
 """
 
@@ -122,6 +124,7 @@ def train_seeds(
         for s, r in sorted(results.items())
     ]  # fmt: skip
     rule = "best validation score on the shared held-out procedural tracks (ties: lowest seed); the road course is not used"
+    t_select = time.perf_counter()
     if source_scorer is not None:
         for row, scored in zip(table, source_scorer([root / f"seed{r['seed']}" for r in table])):
             row["source"] = scored
@@ -146,4 +149,11 @@ def train_seeds(
         (out_dir / CANDIDATES).rmdir()
     except OSError:  # other policies' candidates are still there
         pass
-    return {**results[best], "seed_selection": {**selection, "wall_s": round(time.perf_counter() - t0, 1), "workers": seed_workers(params)}}
+    wall = time.perf_counter() - t0
+    workers = seed_workers(params)
+    if len(todo) == len(runs):
+        rl_wall = wall
+    else:  # reused candidates trained in an earlier call: their own walls, side by side in rounds of `workers`
+        rl_wall = -(-len(runs) // workers) * max(r["wall_s"] for r in table) + (time.perf_counter() - t_select)
+    timing = {"wall_s": round(wall, 1), "rl_wall_s": round(rl_wall, 1), "reused_seeds": sorted(set(results) - {p.seed for p in todo}), "workers": workers}
+    return {**results[best], "seed_selection": {**selection, **timing}}

@@ -244,6 +244,7 @@ class TrainParams(_Section):
 
 
 POLICY_NAMES = ("bicycle", "ddm", "transformer", "dytr", "oracle", "direct")
+SELECTION_ONLY = {"progress_bar", "seed_selection", "source_validation_tracks"}  # keys no single PPO run reads
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -39,13 +39,12 @@ from typing import Any
 from s3.io import atomic_path, write_json_atomic
 from s3.rl import mlflow_logger as ml
 from s3.rl.export import META, SCRIPT, WEIGHTS
-from s3.rl.params import TrainParams
+from s3.rl.params import SELECTION_ONLY, TrainParams
 from s3.rl.tracks import VALIDATION_SEED_BASE
 from s3.rl.train import file_sha256
 
 CANDIDATES = ".seeds"
 CURVE = "learning_curve.png"  # each candidate's, in its folder
-SELECTION_ONLY = {"progress_bar", "seed_selection", "source_validation_tracks"}  # keys no candidate's training reads
 Scorer = Callable[[list[Path]], list[dict[str, Any]]]
 
 

@@ -5,8 +5,8 @@
 Why. In-model validation measures how a policy drives in its own distilled model, and a policy
 can learn to exploit that model. In the eighth run (README, "Seeds, chosen in the source") the
 in-model score kept the seed that was worse in the source, on held-out procedural tracks, for
-three of the four learned policies, and the two clearly worse ones failed every road-course
-lap. So the choice among seeds, whose weights are already trained only in the model, is made
+three of the four learned policies. So the choice among seeds, whose weights are already
+trained only in the model, is made
 where the policy will be deployed: the source simulator, in the evaluation's car
 (`evaluate.driver_aids`), on the first `train.source_validation_tracks` of the policy's own
 held-out procedural validation tracks (never the road course), from the same start grid as

@@ -17,8 +17,9 @@ turning around or running out of time at `validation_min_speed`) is within `vali
 of the best so far (`kept_index`);
 replace part of the training-track pool (every car restarts); stop at max_env_steps, the budget
 that keeps a run deterministic, or at the max_minutes safety cap (recorded as `train.stopped_by`:
-a run cut by the clock depends on how busy the machine was). At the end the kept checkpoint is saved and exported, and, for information only, it
-drives one lap of the built-in road course (nominal) inside the same distilled env.
+a run cut by the clock depends on how busy the machine was). At the end the kept checkpoint is
+saved and exported, and, for information only, it drives one lap of the built-in road course
+(nominal) inside the same distilled env.
 
 Crashes. After every chunk the runner state (actor, critic, optimizer, iteration, best-so-far,
 history, how often the track pool was refreshed, RNG states) is written atomically to
@@ -54,7 +55,7 @@ from s3.io import atomic_path, json_safe, write_json_atomic
 from s3.rl import mlflow_logger as ml
 from s3.rl.env import DistilledEnv, resolve_device
 from s3.rl.export import as_callable, deployable, save_policy
-from s3.rl.params import TrainParams
+from s3.rl.params import SELECTION_ONLY, TrainParams
 from s3.rl.ppo import make_runner, quiet
 from s3.rl.rollout import drive_lap, run_episodes
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid, validation_tracks
@@ -99,7 +100,7 @@ def _guard_updates(runner: Any, first_iteration: int) -> None:
 def resume_fingerprint(params: TrainParams, family: str, model: DynamicsModel, validation_seed: int | None = None) -> str:
     """What a resumed run must share with the killed one: params, family, validation tracks, dynamics model, s3 version."""
     h = hashlib.sha256()
-    blob = {"params": params.model_dump(mode="json", exclude={"progress_bar"}), "family": family, "s3": __version__}
+    blob = {"params": params.model_dump(mode="json", exclude=SELECTION_ONLY), "family": family, "s3": __version__}
     if validation_seed is not None and validation_seed != params.seed:
         blob["validation_seed"] = validation_seed
     h.update(json.dumps(blob, sort_keys=True).encode())

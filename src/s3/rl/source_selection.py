@@ -36,13 +36,16 @@ def source_scores(folders: Sequence[Path], root: Any, tp: TrainParams) -> list[d
     """Each saved policy in `folders` driven in the source simulator on the validation tracks (module docstring)."""
     tracks = validation_tracks(tp.tracks, tp.seed)[: tp.source_validation_tracks]
     ti, s = start_grid(tracks, tp.tracks.validation_starts)
+    loaded = [load_policy_fn(folder) for folder in folders]
+    env_params = policy_env_params(loaded[0][1])  # the seeds of one policy share their env params
+    if any(policy_env_params(meta) != env_params for _, meta in loaded[1:]):
+        raise ValueError(f"{', '.join(map(str, folders))}: candidates trained with different env params cannot share one source env")
     out = []
-    for folder in folders:
-        policy, meta = load_policy_fn(folder)
-        with SourceVecEnv(tracks, root.sim, policy_env_params(meta), num_envs=len(ti), seed=tp.seed, auto_reset=False, aids=root.evaluate.driver_aids) as env:
+    with SourceVecEnv(tracks, root.sim, env_params, num_envs=len(ti), seed=tp.seed, auto_reset=False, aids=root.evaluate.driver_aids) as env:
+        limit = torch.ceil(env.track_length() / tp.validation_min_speed / env.dt).long()
+        for policy, _ in loaded:  # one set of simulator workers; every candidate restarts from the same grid
             obs = env.reset_to(torch.as_tensor(ti), torch.as_tensor(s, dtype=torch.float32))["policy"]
-            limit = torch.ceil(env.track_length() / tp.validation_min_speed / env.dt).long()
             batch = source_episodes(env, policy, obs, limit)
-        summary = batch.summary()
-        out.append({**summary, "score": summary["mean_completion"], "car_steps": int(batch.steps.sum()), "tracks": len(tracks)})
+            summary = batch.summary()
+            out.append({**summary, "score": summary["mean_completion"], "car_steps": int(batch.steps.sum()), "tracks": len(tracks)})
     return out

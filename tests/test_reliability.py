@@ -348,7 +348,7 @@ def test_nan_ppo_loss_stops_training_and_keeps_the_last_good_state(model_dir: Pa
 
 def test_training_resumes_from_its_last_checkpoint_after_sigkill(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
     """SIGKILL `train` once a chunk is saved; the re-run picks up at that iteration (not 0), ends at
-    the full budget, keeps the killed run's history, and removes the resume file."""
+    the full budget, validates the killed run's checkpoints with its own, and removes the resume file."""
     from s3.rl.params import TrainParams
     from s3.rl.train import resume_path, train
 
@@ -368,7 +368,8 @@ def test_training_resumes_from_its_last_checkpoint_after_sigkill(model_dir: Path
     state = torch.load(resume, weights_only=True)  # tensors and plain types only
     saved = state["done_it"]
     assert 2 <= saved < 10, "killed after the first chunk and before the end"
-    killed_history = json.loads(state["history"])
+    killed = [c["iteration"] for c in state["checkpoints"]]  # one per finished chunk of 2 iterations
+    assert killed == list(range(1, saved, 2))
     for key in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE"):
         monkeypatch.setenv(key, env[key])
     capfd.readouterr()
@@ -376,27 +377,36 @@ def test_training_resumes_from_its_last_checkpoint_after_sigkill(model_dir: Path
     assert f"resuming from {resume} at iteration {saved}/10" in capfd.readouterr().err
     meta = json.loads((tmp_path / "policies" / "bicycle" / "policy.json").read_text())
     assert meta["train"]["resumed_from_iteration"] == saved and meta["train"]["iterations"] == 10
-    assert len(meta["history"]) == 5 and meta["history"][: len(killed_history)] == [
-        {k: v for k, v in h.items() if k != "reasons"} for h in killed_history
-    ]
+    assert [h["iteration"] for h in meta["history"]] == [1, 3, 5, 7, 9]
+    # the killed run's first checkpoint is the one validated: alone it scores what it scored in the batch
+    from s3.dynamics.checkpoint import load_checkpoint
+    from s3.rl.export import load_actor
+    from s3.rl.tracks import validation_tracks
+    from s3.rl.train import validate
+
+    params = TrainParams.model_validate(TRAIN_TINY)
+    actor, _ = load_actor(tmp_path / "policies" / "bicycle")
+    actor.load_state_dict(state["checkpoints"][0]["actor"])
+    alone = validate(actor, load_checkpoint(model_dir / "bicycle", "bicycle"), validation_tracks(params.tracks, params.seed), params, torch.device("cpu"))
+    assert alone["score"] == meta["history"][0]["score"] and alone["completion_rate"] == meta["history"][0]["completion_rate"]
     assert not resume.exists()
 
 
 def test_resume_file_from_other_params_is_ignored(model_dir: Path, tmp_path: Path) -> None:
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.params import TrainParams
-    from s3.rl.train import load_resume, resume_fingerprint
+    from s3.rl.train import RESUME_FORMAT, load_resume, resume_fingerprint
 
     model = load_checkpoint(model_dir / "bicycle", "bicycle")
     a = TrainParams.model_validate(TRAIN_TINY)
     b = TrainParams.model_validate({**TRAIN_TINY, "seed": 2})
     path = tmp_path / "resume.pt"
-    torch.save({"format": "s3-train-resume-1", "fingerprint": resume_fingerprint(a, "bicycle", model)}, path)
+    torch.save({"format": RESUME_FORMAT, "fingerprint": resume_fingerprint(a, "bicycle", model)}, path)
     said: list[str] = []
     assert load_resume(path, resume_fingerprint(a, "bicycle", model), torch.device("cpu"), said.append) is not None
     assert load_resume(path, resume_fingerprint(b, "bicycle", model), torch.device("cpu"), said.append) is None
     assert "other params" in said[-1] and str(path) in said[-1]
-    torch.save({"format": "s3-train-resume-1", "code": torch.nn.Linear(2, 2)}, path)  # a pickled object: refused
+    torch.save({"format": RESUME_FORMAT, "code": torch.nn.Linear(2, 2)}, path)  # a pickled object: refused
     assert load_resume(path, "x", torch.device("cpu"), said.append) is None and "unreadable" in said[-1]
 
 

@@ -101,6 +101,48 @@ def test_kept_checkpoint_is_the_latest_within_tolerance_of_the_best() -> None:
         assert online == kept_index(seq, 0.1), seq
 
 
+def test_checkpoints_validated_together_drive_as_they_drive_alone() -> None:
+    """drive_checkpoints drives k checkpoints in one env, each on its own rows: each car's episode is
+    the one it drives alone, bit for bit. For a transformer set to compile, validation stays eager:
+    at k * 32 > 256 cars its env would otherwise run compiled chunks, which round differently from
+    the eager path of a lone validation (measured: lap shares 1e-4 apart on the eighth run's policies)."""
+    import numpy as np
+
+    from s3.dynamics.transformer import INFERENCE_CHUNK, TransformerModel
+    from s3.rl.tracks import validation_tracks
+    from s3.rl.train import drive_checkpoints, validate, validate_checkpoints
+
+    torch.manual_seed(0)
+    model = TransformerModel(10, 0.1, True)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # random weights (its head starts at zero), and a car that speeds up
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+        model.head.bias[0] += 1.0
+    params = TrainParams.model_validate({**TINY, "env": {"num_envs": 8, "compile_model": True}, "tracks": {"pool_size": 2, "validation_tracks": 8, "validation_starts": 4}})
+    tracks, dev = validation_tracks(params.tracks, params.seed), torch.device("cpu")
+    actor = make_runner(DistilledEnv(model, tracks[:2], params.env, seed=0), params.ppo, "cpu").alg.get_policy()
+    states = []
+    for k in range(9):
+        g = torch.Generator().manual_seed(k)
+        states.append({n: v + 0.5 * torch.randn(v.shape, generator=g) if n.startswith("mlp") else v.clone() for n, v in actor.state_dict().items()})
+    assert len(states) * 8 * 4 > INFERENCE_CHUNK
+    calls = []
+    model.net._compiled = lambda *a: calls.append(len(a[0])) or model.net._forward(*a)  # stands for the compiled chunk
+    assert DistilledEnv(model, tracks, params.env.model_copy(update={"num_envs": 288}), seed=0).step(torch.zeros(288, 2)) and calls  # a training env uses it
+    calls.clear()
+    together = drive_checkpoints(actor, states, model, tracks, params, dev)
+    assert not calls and model.inference_compile is True  # validation ran eager; the setting is left as the training env set it
+    assert len({together.part(slice(32 * k, 32 * k + 32)).progress.tobytes() for k in range(9)}) == 9  # the checkpoints drive differently
+    summaries = validate_checkpoints(actor, states, model, tracks, params, dev)
+    for k in (0, 8):
+        alone = drive_checkpoints(actor, [states[k]], model, tracks, params, dev)
+        part = together.part(slice(32 * k, 32 * k + 32))
+        assert np.array_equal(part.progress, alone.progress) and np.array_equal(part.steps, alone.steps) and part.reason == alone.reason
+        actor.load_state_dict(states[k])
+        assert validate(actor, model, tracks, params, dev) == summaries[k]
+
+
 def test_learning_curve_is_in_mlflow(trained) -> None:
     from mlflow.tracking import MlflowClient
 

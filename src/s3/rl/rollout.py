@@ -52,6 +52,10 @@ class EpisodeBatch:
         """Share of a lap driven before the episode ended, in [0, 1]."""
         return np.clip(self.progress / self.lap_length, 0.0, 1.0)
 
+    def part(self, rows: slice) -> EpisodeBatch:
+        """The episodes `rows` of this batch (without trajectories), e.g. one policy's share of a shared run."""
+        return EpisodeBatch(self.completed[rows], self.lap_time[rows], self.progress[rows], self.lap_length[rows], self.reason[rows], self.steps[rows])
+
     def summary(self) -> dict[str, Any]:
         done = self.completed
         return {

@@ -8,21 +8,22 @@ writes
     <plots_dir>/<family>.png                                          (learning curve)
     <metrics_dir>/<family>.json                                       (if metrics_dir is given)
 and records params, the learning curve (every PPO iteration) and the validation score (every
-chunk) in MLflow ($MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db).
+chunk's checkpoint) in MLflow ($MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db).
 
-Loop: learn `chunk_iterations` PPO iterations; evaluate the deterministic policy on held-out
-*procedural* validation tracks (disjoint seeds, see s3.rl.tracks; never the road course); keep the
-latest checkpoint whose validation score (mean share of a lap driven before leaving the road,
-turning around or running out of time at `validation_min_speed`) is within `validation_tolerance`
-of the best so far (`kept_index`);
-replace part of the training-track pool (every car restarts); stop at max_env_steps, the budget
+Loop: learn `chunk_iterations` PPO iterations and keep that checkpoint; replace part of the
+training-track pool (every car on a replaced track restarts); stop at max_env_steps, the budget
 that keeps a run deterministic, or at the max_minutes safety cap (recorded as `train.stopped_by`:
-a run cut by the clock depends on how busy the machine was). At the end the kept checkpoint is
-saved and exported, and, for information only, it drives one lap of the built-in road course
-(nominal) inside the same distilled env.
+a run cut by the clock depends on how busy the machine was). Then every chunk's checkpoint drives
+the held-out *procedural* validation tracks (disjoint seeds, see s3.rl.tracks; never the road
+course), all in one batched run (`validate_checkpoints`), and the latest checkpoint whose
+validation score (mean share of a lap driven before leaving the road, turning around or running
+out of time at `validation_min_speed`) is within `validation_tolerance` of the best is kept
+(`kept_index`: the same choice as applying it after every chunk). It is saved and exported, and,
+for information only, it drives one lap of the built-in road course (nominal) inside the same
+distilled env.
 
-Crashes. After every chunk the runner state (actor, critic, optimizer, iteration, best-so-far,
-history, how often the track pool was refreshed, RNG states) is written atomically to
+Crashes. After every chunk the runner state (actor, critic, optimizer, iteration, the chunks'
+checkpoints, how often the track pool was refreshed, RNG states) is written atomically to
 <out_dir>/.resume/<family>.pt (beside the policy folder, not in it: `dvc repro` deletes a stage's
 outputs before running it): tensors and plain types only, read back with
 `torch.load(weights_only=True)`. A re-run with the same params and the same dynamics model (a
@@ -57,12 +58,12 @@ from s3.rl.env import DistilledEnv, resolve_device
 from s3.rl.export import as_callable, deployable, save_policy
 from s3.rl.params import SELECTION_ONLY, TrainParams
 from s3.rl.ppo import make_runner, quiet
-from s3.rl.rollout import drive_lap, run_episodes
+from s3.rl.rollout import EpisodeBatch, drive_lap, run_episodes
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid, validation_tracks
 from s3.tracks.road_course import road_course
 
 WRITER = "s3.rl.mlflow_logger:MLflowLogWriter"
-RESUME_FORMAT = "s3-train-resume-1"
+RESUME_FORMAT = "s3-train-resume-2"  # 2: the chunks' checkpoints, validated at the end
 
 
 class TrainError(RuntimeError):
@@ -141,13 +142,52 @@ def load_resume(path: Path, fingerprint: str, device: torch.device, say: Callabl
 
 def validate(actor: torch.nn.Module, model: DynamicsModel, tracks: list, params: TrainParams, device: torch.device) -> dict[str, Any]:
     """Deterministic episodes of `actor` on the validation tracks; the summary and the score."""
+    return validate_checkpoints(actor, [actor.state_dict()], model, tracks, params, device)[0]
+
+
+def validate_checkpoints(actor: torch.nn.Module, states: list[dict[str, torch.Tensor]], model: DynamicsModel, tracks: list,
+                         params: TrainParams, device: torch.device) -> list[dict[str, Any]]:  # fmt: skip
+    """Each actor state in `states` driven on the validation tracks: one summary with its score per state.
+
+    All checkpoints drive in one env (`drive_checkpoints`): a 64-car env step is almost all
+    per-step overhead, so 13 checkpoints at once cost about what 2-3 cost one by one.
+    """
+    out, m = drive_checkpoints(actor, states, model, tracks, params, device), len(start_grid(tracks, params.tracks.validation_starts)[0])
+    summaries = []
+    for j in range(len(states)):
+        summary = out.part(slice(j * m, (j + 1) * m)).summary()
+        summary["score"] = summary["mean_completion"]
+        summaries.append(summary)
+    return summaries
+
+
+def drive_checkpoints(actor: torch.nn.Module, states: list[dict[str, torch.Tensor]], model: DynamicsModel, tracks: list,
+                      params: TrainParams, device: torch.device) -> EpisodeBatch:  # fmt: skip
+    """The validation episodes of every state (loaded into `actor`, left holding the last), k * m cars:
+    checkpoint j drives rows j*m .. (j+1)*m - 1, from the same start grid.
+
+    A car's episode does not depend on which checkpoints share the batch: the env runs eager (the
+    transformer families always ran their <= 64 validation cars eager, below one compiled chunk,
+    and compiled chunks round differently), so a checkpoint scores the same bit for bit alone or
+    with others (tests/test_train.py).
+    """
     ti, s = start_grid(tracks, params.tracks.validation_starts)
-    policy = as_callable(deployable(actor, params.env.steer_full_speed).to(device), bool(getattr(actor, "is_recurrent", False)))
-    max_seconds = np.array([tracks[i].length for i in ti]) / params.validation_min_speed
-    out = run_episodes(policy, model, tracks, ti, s, params.env, max_seconds=max_seconds, device=device)
-    summary = out.summary()
-    summary["score"] = summary["mean_completion"]
-    return summary
+    m, k = len(ti), len(states)
+    recurrent = bool(getattr(actor, "is_recurrent", False))
+    policies = []
+    for state in states:  # deployable() copies the weights
+        actor.load_state_dict(state)
+        policies.append(as_callable(deployable(actor, params.env.steer_full_speed).to(device), recurrent))
+
+    def policy(obs: torch.Tensor) -> torch.Tensor:  # obs [k * m, D]
+        return torch.cat([p(obs[j * m : (j + 1) * m]) for j, p in enumerate(policies)])
+
+    max_seconds = np.tile(np.array([tracks[i].length for i in ti]) / params.validation_min_speed, k)
+    compiled = model.inference_compile
+    try:
+        return run_episodes(policy, model, tracks, np.tile(ti, k), np.tile(s, k), params.env.model_copy(update={"compile_model": False}), max_seconds=max_seconds, device=device)
+    finally:
+        model.inference_compile = compiled  # the model is shared with the training env
 
 
 def kept_index(scores: list[float], tolerance: float) -> int:
@@ -235,8 +275,7 @@ def _train(
 
     steps_per_it = env.num_envs * params.ppo.num_steps_per_env
     max_it = max(1, math.ceil(params.max_env_steps / steps_per_it))
-    history: list[dict[str, Any]] = []
-    best: dict[str, Any] = {"score": -math.inf}
+    checkpoints: list[dict[str, Any]] = []  # one per chunk: iteration, env_steps, wall_s, actor, critic
     resume_file = resume_path(folder)
     fingerprint = resume_fingerprint(params, family, model, validation_seed)
     saved = load_resume(resume_file, fingerprint, device, say)
@@ -245,7 +284,7 @@ def _train(
         done_it, t_ppo, refreshes = 0, 0.0, 0
         resumed_from: int | None = None
         if saved is not None:
-            done_it, t_ppo, refreshes, history, best = _restore(saved, runner, env, pool)
+            done_it, t_ppo, refreshes, checkpoints = _restore(saved, runner, env, pool)
             resumed_from = done_it
             t_start -= float(saved["wall_s"])  # max_minutes and the reported wall time span both runs
             ml.log_metrics(client, run_id, {"train/resumed_from_iteration": done_it}, step=max(done_it - 1, 0))
@@ -267,28 +306,11 @@ def _train(
                 raise TrainError(f"{folder}: {e}; training stopped, {kept}") from None
             t_ppo += time.perf_counter() - t0
             done_it += n_it
-            val = validate(runner.alg.get_policy(), model, val_tracks, params, device)
-            val.update({"iteration": done_it - 1, "env_steps": done_it * steps_per_it, "wall_s": round(time.perf_counter() - t_start, 2)})
-            history.append(val)
+            checkpoints.append({"iteration": done_it - 1, "env_steps": done_it * steps_per_it, "wall_s": round(time.perf_counter() - t_start, 2),
+                                "actor": _clone_state(runner.alg.get_policy()), "critic": _clone_state(runner.alg.critic)})  # fmt: skip
             rewards = [v for t, _, v in ml.curve(run_id) if t == "Train/mean_reward"]
-            ml.log_metrics(
-                client,
-                run_id,
-                {
-                    "val/score": val["score"],
-                    "val/completion_rate": val["completion_rate"],
-                    "val/mean_lap_time_s": val["mean_lap_time_s"],
-                    "train/env_steps": val["env_steps"],
-                    "train/invalid_model_steps": env.invalid_model_steps,
-                },
-                step=done_it - 1,
-            )
-            if kept_index([h["score"] for h in history], params.validation_tolerance) == len(history) - 1:
-                best = {"score": val["score"], "iteration": done_it - 1, "env_steps": val["env_steps"], "actor": _clone_state(runner.alg.get_policy()), "critic": _clone_state(runner.alg.critic), "summary": val}
-            say(
-                f"train {family}: it {done_it}/{max_it}  {val['env_steps'] / 1e6:.2f} M steps  reward {rewards[-1] if rewards else float('nan'):.2f}  "
-                f"val completion {val['mean_completion']:.2f} (laps {val['completion_rate']:.2f})  {time.perf_counter() - t_start:.0f} s"
-            )
+            ml.log_metrics(client, run_id, {"train/env_steps": done_it * steps_per_it, "train/invalid_model_steps": env.invalid_model_steps}, step=done_it - 1)
+            say(f"train {family}: it {done_it}/{max_it}  {done_it * steps_per_it / 1e6:.2f} M steps  reward {rewards[-1] if rewards else float('nan'):.2f}  {time.perf_counter() - t_start:.0f} s")
             if done_it < max_it and time.perf_counter() - t_start >= 60.0 * params.max_minutes:
                 stopped_by = "max_minutes"  # the result now depends on how fast the machine was
                 break
@@ -302,11 +324,22 @@ def _train(
                     runner.logger.cur_reward_sum[restarted] = 0.0
                     runner.logger.cur_episode_length[restarted] = 0.0
             wall_s = time.perf_counter() - t_start
-            _save_resume(resume_file, _resume_state(fingerprint, runner, env, done_it, t_ppo, wall_s, refreshes, history, best))
+            _save_resume(resume_file, _resume_state(fingerprint, runner, env, done_it, t_ppo, wall_s, refreshes, checkpoints))
         actor, critic = runner.alg.get_policy(), runner.alg.critic
-        actor.load_state_dict(best["actor"])
-        critic.load_state_dict(best["critic"])
+        t_val = time.perf_counter()
+        history = [
+            {**summary, **{key: c[key] for key in ("iteration", "env_steps", "wall_s")}}
+            for c, summary in zip(checkpoints, validate_checkpoints(actor, [c["actor"] for c in checkpoints], model, val_tracks, params, device))
+        ]
+        t_val = time.perf_counter() - t_val
+        for h in history:
+            ml.log_metrics(client, run_id, {"val/score": h["score"], "val/completion_rate": h["completion_rate"], "val/mean_lap_time_s": h["mean_lap_time_s"]}, step=h["iteration"])
+        kept = kept_index([h["score"] for h in history], params.validation_tolerance)
+        best = {"score": history[kept]["score"], "iteration": history[kept]["iteration"], "env_steps": history[kept]["env_steps"], "summary": history[kept]}
+        actor.load_state_dict(checkpoints[kept]["actor"])
+        critic.load_state_dict(checkpoints[kept]["critic"])
         actor.eval()
+        say(f"train {family}: validated {len(history)} checkpoints in {t_val:.0f} s: " + " ".join(f"{h['score']:.2f}" for h in history))
 
         # road course, nominal: information only (never used for selection)
         road: dict[str, Any] = {"completed": None, "lap_time_s": None, "completion": None, "reason": "not run", "length_m": None}
@@ -354,6 +387,7 @@ def _train(
             "train": {
                 "wall_s": round(wall, 1),
                 "ppo_wall_s": round(t_ppo, 1),
+                "validation_wall_s": round(t_val, 1),
                 "env_steps": env_steps,
                 "iterations": done_it,
                 "stopped_by": stopped_by,
@@ -404,7 +438,7 @@ def _train(
 
 
 def _resume_state(fingerprint: str, runner: Any, env: DistilledEnv, done_it: int, t_ppo: float, wall_s: float,
-                  refreshes: int, history: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+                  refreshes: int, checkpoints: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
     """Everything a killed run needs to go on: tensors and plain types only (weights_only-loadable)."""
     return {
         "format": RESUME_FORMAT,
@@ -415,23 +449,15 @@ def _resume_state(fingerprint: str, runner: Any, env: DistilledEnv, done_it: int
         "refreshes": refreshes,
         "current_learning_iteration": int(runner.current_learning_iteration),
         "runner": runner.alg.save(),
-        "history": json.dumps(json_safe(history)),
-        "best": {
-            "score": float(best["score"]),
-            "iteration": int(best["iteration"]),
-            "env_steps": int(best["env_steps"]),
-            "summary": json.dumps(json_safe(best["summary"])),
-            "actor": best["actor"],
-            "critic": best["critic"],
-        },
+        "checkpoints": checkpoints,
         "torch_rng": torch.get_rng_state(),
         "env_rng": env.generator.get_state(),
         "env_counts": {"invalid": int(env.invalid_count), "episodes": int(env.episode_count)},
     }
 
 
-def _restore(state: dict[str, Any], runner: Any, env: DistilledEnv, pool: TrackPool) -> tuple[int, float, int, list[dict[str, Any]], dict[str, Any]]:
-    """Put a saved runner state back: weights, optimizer, iteration, track pool, RNG, counters."""
+def _restore(state: dict[str, Any], runner: Any, env: DistilledEnv, pool: TrackPool) -> tuple[int, float, int, list[dict[str, Any]]]:
+    """Put a saved runner state back: weights, optimizer, iteration, track pool, RNG, counters, the chunks' checkpoints."""
     runner.alg.load(state["runner"], None, strict=True)
     runner.current_learning_iteration = int(state["current_learning_iteration"])
     for _ in range(int(state["refreshes"])):  # the pool is a pure function of its seed and refresh count
@@ -442,9 +468,7 @@ def _restore(state: dict[str, Any], runner: Any, env: DistilledEnv, pool: TrackP
     with torch.inference_mode():  # the env's counters are inference tensors once it has stepped
         env.invalid_count.fill_(int(state["env_counts"]["invalid"]))
         env.episode_count.fill_(int(state["env_counts"]["episodes"]))
-    b = state["best"]
-    best = {"score": b["score"], "iteration": b["iteration"], "env_steps": b["env_steps"], "summary": json.loads(b["summary"]), "actor": b["actor"], "critic": b["critic"]}
-    return int(state["done_it"]), float(state["t_ppo"]), int(state["refreshes"]), json.loads(state["history"]), best
+    return int(state["done_it"]), float(state["t_ppo"]), int(state["refreshes"]), list(state["checkpoints"])
 
 
 def train(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -187,6 +187,11 @@ class Track:
         self.base_mu = float(base_mu)
         self.patches: tuple[FrictionPatch, ...] = tuple(patches)
         self._check_friction()
+        self._resampled: dict[float, Track] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the resampling memo (workers resample what they use)."""
+        return {**self.__dict__, "_resampled": {}}
 
     def _fail(self, problem: str) -> TrackError:
         return TrackError(f"track {self.name!r}", problem)
@@ -508,9 +513,19 @@ class Track:
 
     def resampled(self, ds: float) -> Track:
         """The same loop with points at uniform arc-length spacing (close to ds), smoothed by a
-        periodic cubic spline through the current points; widths and patches follow along."""
+        periodic cubic spline through the current points; widths and patches follow along.
+
+        Memoised per ds (the track is immutable): every DistilledEnv and TrackBatch built on the
+        same tracks, such as the validation env after each PPO chunk, resamples them once.
+        """
         if not ds > 0:
             raise self._fail(f"resampling step must be positive, got {ds}")
+        ds = float(ds)
+        if ds not in self._resampled:
+            self._resampled[ds] = self._resample(ds)
+        return self._resampled[ds]
+
+    def _resample(self, ds: float) -> Track:
         t_knots = self.s
         period = self.length
         dense_t = np.linspace(0.0, period, 16 * len(self) + 1)

@@ -96,7 +96,8 @@ def test_seed_params() -> None:
 
 
 def test_source_scores_drive_each_candidate_in_the_source_simulator(two_seeds) -> None:
-    """The real scorer: every candidate on the validation start grid in the MuJoCo car, repeatably."""
+    """The real scorer: every candidate on the validation start grid in the MuJoCo car, repeatably,
+    and the candidates' runs side by side in one env score what each scores alone."""
     from s3.config import Params
     from s3.rl.source_selection import source_scores
 
@@ -108,6 +109,7 @@ def test_source_scores_drive_each_candidate_in_the_source_simulator(two_seeds) -
     for r in first:
         assert 0.0 <= r["score"] <= 1.0 and r["score"] == r["mean_completion"] and r["car_steps"] > 0
     assert source_scores(folders, Params(), tp) == first  # deterministic: the simulator and the policies are
+    assert [source_scores([f], Params(), tp)[0] for f in folders] == first  # scored together = scored alone
 
 
 def test_source_selection_decides_and_reuses_the_trained_candidates(two_seeds) -> None:

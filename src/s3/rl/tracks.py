@@ -87,14 +87,15 @@ def make_track(seed: int, params: TrackPoolParams, circuit: bool) -> Track:
     return circuit_track(seed, params.circuit, params.procedural) if circuit else procedural_track(seed, params.procedural)
 
 
-def validation_tracks(params: TrackPoolParams, seed: int = 0) -> list[Track]:
+def validation_tracks(params: TrackPoolParams, seed: int = 0, first: int | None = None) -> list[Track]:
     """Seeds 2^30 + seed * 1000 + i; the first round(circuit_fraction * n) are circuits, the rest blobs;
-    with mirror_probability > 0, every second track of each kind is mirrored."""
+    with mirror_probability > 0, every second track of each kind is mirrored. `first`: only the
+    first that many of the n (the same tracks, without generating the rest)."""
     base = VALIDATION_SEED_BASE + int(seed) * 1000
     n = params.validation_tracks
     n_circuit = int(round(params.circuit_fraction * n))
     out = []
-    for i in range(n):
+    for i in range(n if first is None else min(int(first), n)):
         track = make_track(base + i, params, i < n_circuit)
         k = i if i < n_circuit else i - n_circuit
         out.append(mirrored(track) if params.mirror_probability > 0 and k % 2 == 1 else track)

@@ -110,7 +110,13 @@ def curve(run_id: str) -> list[tuple[str, int, float]]:
 
 
 class MLflowLogWriter(LogWriter):
-    """rsl_rl LogWriter that appends to an existing MLflow run."""
+    """rsl_rl LogWriter that appends to an existing MLflow run.
+
+    Iterations are written in batches of up to `FLUSH_STEPS` (and at `stop`, which rsl_rl calls at
+    the end of every `learn` chunk): one SQLite write per iteration cost ~20 ms, ~5 s a run.
+    """
+
+    FLUSH_STEPS = 20
 
     def __init__(self, log_dir: str | None = None, run_id: str = "", tracking_uri: str | None = None, prefix: str = "train/") -> None:
         if not run_id:
@@ -119,21 +125,36 @@ class MLflowLogWriter(LogWriter):
         self.client = client(tracking_uri)
         self._buf: dict[str, float] = {}
         self._step: int | None = None
+        self._pending: list[tuple[dict[str, float], int]] = []
 
     def add_scalar(self, tag: str, scalar_value: float, global_step: int) -> None:
         value = float(scalar_value)
         if tag.endswith("/time"):  # rsl_rl's wall-clock-indexed duplicates: step is seconds, skip
             return
         if self._step is not None and global_step != self._step:
-            self.flush()
+            self._close_step()
         self._step = int(global_step)
         self._buf[self.prefix + tag] = value
         _CURVES[self.run_id].append((tag, int(global_step), value))
 
-    def flush(self) -> None:
+    def _close_step(self) -> None:
         if self._buf and self._step is not None:
-            log_metrics(self.client, self.run_id, self._buf, self._step)
+            self._pending.append((self._buf, self._step))
         self._buf = {}
+        if len(self._pending) >= self.FLUSH_STEPS:
+            self.flush()
+
+    def flush(self) -> None:
+        from mlflow.entities import Metric
+
+        if self._buf and self._step is not None:
+            self._pending.append((self._buf, self._step))
+        self._buf = {}
+        now = int(time.time() * 1000)
+        items = [Metric(k, v, now, step) for metrics, step in self._pending for k, v in metrics.items() if math.isfinite(v)]
+        for i in range(0, len(items), 900):  # MLflow takes at most 1000 metrics per batch
+            self.client.log_batch(self.run_id, metrics=items[i : i + 900])
+        self._pending = []
 
     def stop(self) -> None:
         self.flush()

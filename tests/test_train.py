@@ -153,6 +153,8 @@ def test_learning_curve_is_in_mlflow(trained) -> None:
     assert run.data.params["train.env.num_envs"] == "128"
     rewards = client.get_metric_history(run_id, "train/Train/mean_reward")
     assert len(rewards) >= 20 and sorted(m.step for m in rewards) == [m.step for m in rewards]
+    losses = client.get_metric_history(run_id, "train/Loss/value")  # one per PPO update: every batch written, the last too
+    assert sorted(m.step for m in losses) == list(range(trained["summary"]["train"]["iterations"]))
     assert len(client.get_metric_history(run_id, "val/score")) == 3
     assert "val/best_score" in run.data.metrics and "train/Loss/value" in run.data.metrics
     assert list((root / "mlartifacts").rglob("policy.json"))  # artifacts beside the database

@@ -49,7 +49,7 @@ from s3 import __version__
 from s3.io import json_safe, write_json_atomic
 from s3.rl import mlflow_logger as ml
 from s3.rl.export import as_callable, deployable, save_policy
-from s3.rl.ppo import make_runner, quiet
+from s3.rl.ppo import learn_chunk, make_runner, quiet
 from s3.rl.rollout import EpisodeBatch, lap_loop
 from s3.rl.source_env import SourceVecEnv, prestart, resolve_workers
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid
@@ -203,7 +203,7 @@ def _loop(
     while (n_it := clock.plan(done_it, d.chunk_iterations, val is not None)) > 0:
         t0 = time.perf_counter()
         with quiet():
-            runner.learn(n_it)
+            learn_chunk(runner, n_it)
         dt = time.perf_counter() - t0
         clock.ran(n_it, dt)
         t_ppo += dt

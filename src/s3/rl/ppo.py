@@ -85,6 +85,17 @@ def make_runner(env: Any, ppo: PPOParams, device: str | torch.device, log_dir: s
         return OnPolicyRunner(env, runner_config(ppo, logger), log_dir=log_dir, device=str(device))
 
 
+def learn_chunk(runner: Any, iterations: int) -> None:
+    """`runner.learn(iterations)`, numbering the next chunk's iterations on from this one's.
+
+    rsl_rl leaves `current_learning_iteration` at the last iteration it ran, so each further
+    `learn` call would log its first iteration under the previous chunk's last index (duplicate
+    MLflow steps, the curve one iteration short per chunk). The index only labels logs and saves.
+    """
+    runner.learn(iterations)
+    runner.current_learning_iteration += 1
+
+
 def build_actor(obs_dim: int, num_actions: int, actor_cfg: dict[str, Any], device: str | torch.device = "cpu") -> torch.nn.Module:
     """An untrained actor of the given config (for loading saved weights)."""
     from rsl_rl.utils import resolve_class

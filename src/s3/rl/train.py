@@ -57,7 +57,7 @@ from s3.rl import mlflow_logger as ml
 from s3.rl.env import DistilledEnv, resolve_device
 from s3.rl.export import as_callable, deployable, save_policy
 from s3.rl.params import SELECTION_ONLY, TrainParams
-from s3.rl.ppo import make_runner, quiet
+from s3.rl.ppo import learn_chunk, make_runner, quiet
 from s3.rl.rollout import EpisodeBatch, drive_lap, run_episodes
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid, validation_tracks
 from s3.tracks.road_course import road_course
@@ -296,7 +296,7 @@ def _train(
             t0 = time.perf_counter()
             try:
                 with quiet():
-                    runner.learn(n_it)
+                    learn_chunk(runner, n_it)
             except NonFiniteUpdate as e:
                 kept = (
                     f"kept the last good state in {resume_file} (iteration {done_it})"

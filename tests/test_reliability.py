@@ -344,6 +344,11 @@ def test_nan_ppo_loss_stops_training_and_keeps_the_last_good_state(model_dir: Pa
     assert state["done_it"] == 2
     assert all(torch.isfinite(v).all() for v in state["runner"]["actor_state_dict"].values())
     assert not (tmp_path / "policies" / "bicycle" / "policy.json").exists()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=_mlflow_uri(tmp_path))
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/Loss/value")) == [0, 1, 2]  # the curve up to the failure
 
 
 def test_training_resumes_from_its_last_checkpoint_after_sigkill(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:

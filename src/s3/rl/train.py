@@ -298,6 +298,7 @@ def _train(
                 with quiet():
                     learn_chunk(runner, n_it)
             except NonFiniteUpdate as e:
+                runner.logger.stop_logging_writer()  # the learning curve up to the failure reaches MLflow
                 kept = (
                     f"kept the last good state in {resume_file} (iteration {done_it})"
                     if resume_file.exists()

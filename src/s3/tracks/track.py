@@ -193,6 +193,9 @@ class Track:
         """Pickled without the resampling memo (workers resample what they use)."""
         return {**self.__dict__, "_resampled": {}}
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({"_resampled": {}, **state})
+
     def _fail(self, problem: str) -> TrackError:
         return TrackError(f"track {self.name!r}", problem)
 
@@ -516,7 +519,8 @@ class Track:
         periodic cubic spline through the current points; widths and patches follow along.
 
         Memoised per ds (the track is immutable): every DistilledEnv and TrackBatch built on the
-        same tracks, such as the validation env after each PPO chunk, resamples them once.
+        same tracks resamples them once, e.g. the training env after each pool refresh, which
+        rebuilds its table of all the pool's tracks.
         """
         if not ds > 0:
             raise self._fail(f"resampling step must be positive, got {ds}")

@@ -91,12 +91,17 @@ def log_params(c: Any, run_id: str, params: dict[str, Any], prefix: str = "") ->
 
 
 def log_metrics(c: Any, run_id: str, metrics: dict[str, float], step: int) -> None:
+    log_points(c, run_id, [(metrics, step)])
+
+
+def log_points(c: Any, run_id: str, points: list[tuple[dict[str, float], int]]) -> None:
+    """(metrics, step) pairs in as few writes as MLflow allows; None and non-finite values skipped."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    items = [Metric(k, float(v), now, int(step)) for k, v in metrics.items() if v is not None and math.isfinite(float(v))]
-    if items:
-        c.log_batch(run_id, metrics=items)
+    items = [Metric(k, float(v), now, int(step)) for metrics, step in points for k, v in metrics.items() if v is not None and math.isfinite(float(v))]
+    for i in range(0, len(items), 900):  # MLflow takes at most 1000 metrics per batch
+        c.log_batch(run_id, metrics=items[i : i + 900])
 
 
 def keep_curve(run_id: str, points: list[tuple[str, int, float]]) -> None:
@@ -132,28 +137,21 @@ class MLflowLogWriter(LogWriter):
         if tag.endswith("/time"):  # rsl_rl's wall-clock-indexed duplicates: step is seconds, skip
             return
         if self._step is not None and global_step != self._step:
-            self._close_step()
+            self._end_step()
+            if len(self._pending) >= self.FLUSH_STEPS:
+                self.flush()
         self._step = int(global_step)
         self._buf[self.prefix + tag] = value
         _CURVES[self.run_id].append((tag, int(global_step), value))
 
-    def _close_step(self) -> None:
+    def _end_step(self) -> None:
         if self._buf and self._step is not None:
             self._pending.append((self._buf, self._step))
         self._buf = {}
-        if len(self._pending) >= self.FLUSH_STEPS:
-            self.flush()
 
     def flush(self) -> None:
-        from mlflow.entities import Metric
-
-        if self._buf and self._step is not None:
-            self._pending.append((self._buf, self._step))
-        self._buf = {}
-        now = int(time.time() * 1000)
-        items = [Metric(k, v, now, step) for metrics, step in self._pending for k, v in metrics.items() if math.isfinite(v)]
-        for i in range(0, len(items), 900):  # MLflow takes at most 1000 metrics per batch
-            self.client.log_batch(self.run_id, metrics=items[i : i + 900])
+        self._end_step()
+        log_points(self.client, self.run_id, self._pending)
         self._pending = []
 
     def stop(self) -> None:

@@ -152,7 +152,8 @@ def validate_checkpoints(actor: torch.nn.Module, states: list[dict[str, torch.Te
     All checkpoints drive in one env (`drive_checkpoints`): a 64-car env step is almost all
     per-step overhead, so 13 checkpoints at once cost about what 2-3 cost one by one.
     """
-    out, m = drive_checkpoints(actor, states, model, tracks, params, device), len(start_grid(tracks, params.tracks.validation_starts)[0])
+    out = drive_checkpoints(actor, states, model, tracks, params, device)
+    m = len(out.completed) // len(states)  # runs per checkpoint
     summaries = []
     for j in range(len(states)):
         summary = out.part(slice(j * m, (j + 1) * m)).summary()
@@ -333,8 +334,7 @@ def _train(
             for c, summary in zip(checkpoints, validate_checkpoints(actor, [c["actor"] for c in checkpoints], model, val_tracks, params, device))
         ]
         t_val = time.perf_counter() - t_val
-        for h in history:
-            ml.log_metrics(client, run_id, {"val/score": h["score"], "val/completion_rate": h["completion_rate"], "val/mean_lap_time_s": h["mean_lap_time_s"]}, step=h["iteration"])
+        ml.log_points(client, run_id, [({"val/score": h["score"], "val/completion_rate": h["completion_rate"], "val/mean_lap_time_s": h["mean_lap_time_s"]}, h["iteration"]) for h in history])
         kept = kept_index([h["score"] for h in history], params.validation_tolerance)
         best = {"score": history[kept]["score"], "iteration": history[kept]["iteration"], "env_steps": history[kept]["env_steps"], "summary": history[kept]}
         actor.load_state_dict(checkpoints[kept]["actor"])

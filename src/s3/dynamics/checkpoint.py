@@ -3,6 +3,10 @@
     model.safetensors  every parameter and buffer (normalisation statistics included); no pickle
     model.json         family, format and data-schema versions, s3 version, model config, params
 Loading checks the family and the versions and fails with one line naming the file.
+
+The weights carry one metadata entry (the family): safetensors 0.8 writes its metadata map in a
+random order (safetensors issue #584), so two entries made the same weights a different file
+one save in two, and a different sha256 for DVC and for the seed and resume fingerprints.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ def save_checkpoint(model: DynamicsModel, folder: str | Path, params: Any = None
     folder = Path(folder)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     with atomic_path(folder / WEIGHTS) as tmp:
-        save_file(state, str(tmp), metadata={"family": model.family, "format_version": str(FORMAT_VERSION)})
+        save_file(state, str(tmp), metadata={"family": model.family})  # one entry: byte-stable (module docstring)
     meta = {
         "family": model.family,
         "format_version": FORMAT_VERSION,

@@ -11,10 +11,11 @@ import torch
 from pydantic import ValidationError
 
 from s3.tracks.csv_loader import load_track_csv, save_track_csv
+from s3.tracks import generate
 from s3.tracks.generate import ProceduralTrackParams, procedural_track
 from s3.tracks.road_course import ICE_PATCHES, road_course
 from s3.tracks.torch_track import TrackBatch
-from s3.tracks.track import FrictionPatch, Track, TrackError, segments_cross, wrap_angle
+from s3.tracks.track import FrictionPatch, Track, TrackError, periodic_spline, segments_cross, wrap_angle
 
 
 def circle(radius: float = 50.0, m: int = 720, name: str = "circle", patches=()) -> Track:
@@ -261,6 +262,37 @@ def test_procedural_tracks_deterministic_closed_valid():
         assert params.width_min - 1e-9 <= w.min() and w.max() <= params.width_max + 1e-9
     shapes = {round(procedural_track(s).length) for s in range(6)}
     assert len(shapes) == 6
+
+
+def _too_close_all_pairs(xy: np.ndarray, min_gap: float) -> bool:
+    """The O(m^2) definition that generate.too_close answers with a k-d tree."""
+    seg = np.linalg.norm(np.roll(xy, -1, axis=0) - xy, axis=1)
+    s = np.concatenate([[0.0], np.cumsum(seg)[:-1]])
+    d = np.linalg.norm(xy[:, None, :] - xy[None, :, :], axis=2)
+    along = np.abs(s[:, None] - s[None, :])
+    along = np.minimum(along, seg.sum() - along)
+    return bool((d[along > generate._SEPARATION_ARC] < min_gap).any())
+
+
+def test_too_close_matches_all_pairs_on_the_shapes_the_generator_tries():
+    rng = np.random.default_rng(3)
+    shape = ProceduralTrackParams(ds=4.0)
+    answers = []
+    for _ in range(40):
+        n = int(rng.integers(6, 16))
+        ctrl = np.stack([np.cos(2 * np.pi * np.arange(n) / n), np.sin(2 * np.pi * np.arange(n) / n)], 1) * rng.uniform(0.3, 1.0, (n, 1)) * 150
+        t = np.arange(n, dtype=float)
+        xy = periodic_spline(t, float(n), ctrl, np.linspace(0, n, int(rng.integers(150, 400)), endpoint=False))
+        gaps = np.linalg.norm(xy[:, None] - xy[None], axis=2)
+        for gap in (shape.width_max + generate._CLEARANCE, float(np.quantile(gaps, 0.02)), 40.0):
+            answers.append(generate.too_close(xy, gap))
+            assert answers[-1] == _too_close_all_pairs(xy, gap), gap
+    assert 0.2 < np.mean(answers) < 0.8  # both answers were exercised
+    # exactly at the gap: a pair at distance == min_gap is not too close, a hair less is
+    line = np.array([[0.0, 0.0], [100.0, 0.0], [100.0, 30.0], [0.0, 30.0]])
+    xy = np.concatenate([np.linspace(line[k], line[(k + 1) % 4], 50, endpoint=False) for k in range(4)])
+    assert not generate.too_close(xy, 30.0) and not _too_close_all_pairs(xy, 30.0)
+    assert generate.too_close(xy, np.nextafter(30.0, 31.0)) and _too_close_all_pairs(xy, np.nextafter(30.0, 31.0))
 
 
 def test_procedural_patches_and_params():

@@ -90,8 +90,9 @@ def periodic_spline(t: np.ndarray, period: float, y: np.ndarray, tq: np.ndarray)
     rhs = 6.0 * (slope - np.roll(slope, 1, axis=0))
     diag = 2.0 * (hp + h)[:, None]
     m = np.zeros_like(y)
+    prev, nxt = np.roll(np.arange(len(t)), 1), np.roll(np.arange(len(t)), -1)  # np.roll(m, +-1), as cheap indexing
     for _ in range(80):
-        m = (rhs - hp[:, None] * np.roll(m, 1, axis=0) - h[:, None] * np.roll(m, -1, axis=0)) / diag
+        m = (rhs - hp[:, None] * m[prev] - h[:, None] * m[nxt]) / diag
     tq = np.mod(np.asarray(tq, dtype=np.float64) - t[0], period) + t[0]
     i = np.clip(np.searchsorted(t, tq, side="right") - 1, 0, len(t) - 1)
     j = (i + 1) % len(t)

@@ -208,6 +208,25 @@ def test_compile_is_an_opt_in_setting_that_matches_eager(tracks) -> None:
     assert model.inference_compile is True and env.model is model
 
 
+def test_compiled_kernels_do_not_depend_on_the_thread_count() -> None:
+    """Inductor's kernels are built single-threaded (cpp.threads = 1): the same numbers with 2 torch
+    threads as with 1. Built for 2 threads, dytr's attention reductions opened an OpenMP region per
+    row and ran 6x slower than on 1 thread, with other rounding."""
+    model = perturbed(DyTrModel(10, 0.1, True), seed=5)
+    hs, ha, a, mu = random_inputs(TR_CHUNK, seed=5)
+    model.inference_compile = True
+    with torch.inference_mode():
+        one = model.step(hs, ha, a, mu)
+    clone = pickle.loads(pickle.dumps(model))  # compiles afresh, now with 2 threads
+    try:
+        torch.set_num_threads(2)
+        with torch.inference_mode():
+            two = clone.step(hs, ha, a, mu)
+    finally:
+        torch.set_num_threads(1)
+    assert torch.equal(one, two)
+
+
 # ---------------------------------------------------------------------------- tracks
 @pytest.fixture(scope="module")
 def batch() -> TrackBatch:

@@ -85,7 +85,10 @@ class DynamicsModel(nn.Module):
     cache-sized chunks, with attention written out so that inductor fuses it (transformer.attention).
     Measured on the 2-core CPU at N = 4096, one thread: 1.20x (transformer) and 1.28x (dytr) the
     env steps/s of eager, outputs within 2e-6; the first step pays the compile (seconds with a
-    warm inductor cache, up to ~1.5 min cold on a loaded machine). The GRU (ddm) and the
+    warm inductor cache, up to ~1.5 min cold on a loaded machine). Its kernels are built
+    single-threaded (inductor's cpp.threads = 1): built for 2 threads, dytr's env ran 6x slower
+    than on one (an OpenMP region per row of its attention reductions) and its outputs depended
+    on the thread count; now they do not (tests/test_env_speed_equivalence.py). The GRU (ddm) and the
     single-track integrator measured no gain (0.7-0.9x), so they stay eager.
     """
 

@@ -99,7 +99,9 @@ class CausalTransformer(nn.Module):
         if not compiled:
             return self._forward
         if self._compiled is None:
-            self._compiled = torch.compile(self._forward, dynamic=False)
+            # single-threaded kernels: with 2 threads inductor parallelised dytr's 10-key softmax
+            # reductions inside their row loops, an OpenMP region per row, 6x slower than 1 thread
+            self._compiled = torch.compile(self._forward, dynamic=False, options={"cpp.threads": 1})
         return self._compiled
 
     def _forward(self, tokens: Tensor, extra_last: Tensor | None) -> Tensor:

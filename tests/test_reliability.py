@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -395,6 +396,37 @@ def test_training_resumes_from_its_last_checkpoint_after_sigkill(model_dir: Path
     alone = validate(actor, load_checkpoint(model_dir / "bicycle", "bicycle"), validation_tracks(params.tracks, params.seed), params, torch.device("cpu"))
     assert alone["score"] == meta["history"][0]["score"] and alone["completion_rate"] == meta["history"][0]["completion_rate"]
     assert not resume.exists()
+
+
+def _children_end_with(proc: subprocess.Popen, ready: Callable[[], bool]) -> None:
+    """SIGKILL `proc` once its pool workers run and `ready()`; its child processes must end too."""
+    import psutil
+
+    deadline = time.monotonic() + 120
+    while not ready() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert proc.poll() is None and children, "the workers were running when the parent was killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    _, alive = psutil.wait_procs(children, timeout=15)
+    for p in alive:
+        p.kill()
+    assert not alive, f"orphaned workers kept running: {[p.pid for p in alive]}"
+
+
+def test_seed_workers_end_when_train_is_killed(model_dir: Path, tmp_path: Path) -> None:
+    """Before s3.workers, a killed `s3 train` left its seed workers training as orphans."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": _mlflow_uri(tmp_path), "MLFLOW_ALLOW_FILE_STORE": "true", "OMP_NUM_THREADS": "1"}
+    params = {**TRAIN_TINY, "max_env_steps": 32 * 8 * 10_000, "seeds": 2, "seed_workers": 2, "seed_selection": "model"}  # hours, unless killed
+    script = (
+        "import json, sys; from pathlib import Path; from s3.rl.params import TrainParams; from s3.rl.seeds import train_seeds; "
+        "train_seeds('bicycle', 'bicycle', Path(sys.argv[1]) / 'bicycle', sys.argv[2], sys.argv[3], TrainParams.model_validate(json.loads(sys.argv[4])))"
+    )
+    out = tmp_path / "policies"
+    cmd = [sys.executable, "-c", script, str(model_dir), str(out), str(tmp_path / "plots" / "bicycle.png"), json.dumps(params)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _children_end_with(proc, lambda: len(list(out.rglob("*.pt"))) >= 2)  # both seeds saved a chunk
 
 
 def test_resume_file_from_other_params_is_ignored(model_dir: Path, tmp_path: Path) -> None:

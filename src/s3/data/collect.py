@@ -59,6 +59,7 @@ from s3.sim.base import Control, SimulatorError, SimulatorLost, SourceSim, Vehic
 from s3.sim.factory import make_sim
 from s3.tracks.generate import procedural_track
 from s3.tracks.track import Track
+from s3.workers import exit_with_parent
 
 SHARD_RE = re.compile(r"shard-(\d{5})\.parquet")
 MAX_SPEED = 120.0  # m/s: beyond this a state is an explosion, not driving
@@ -358,7 +359,7 @@ def _collect_in_pool(params: Params, todo: list[int], workers: int, out_dir: str
         queue = suspects if alone else fresh
         width = 1 if alone else min(workers, len(fresh))
         broken: list[int] = []
-        with ProcessPoolExecutor(max_workers=width, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(max_workers=width, mp_context=ctx, initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
             running: dict[Future[ShardResult], int] = {}
             while (queue and not broken) or running:
                 while queue and not broken and len(running) < width:

@@ -42,6 +42,7 @@ from s3.rl.export import META, SCRIPT, WEIGHTS
 from s3.rl.params import SELECTION_ONLY, TrainParams
 from s3.rl.tracks import VALIDATION_SEED_BASE
 from s3.rl.train import file_sha256
+from s3.workers import exit_with_parent
 
 CANDIDATES = ".seeds"
 CURVE = "learning_curve.png"  # each candidate's, in its folder
@@ -108,7 +109,7 @@ def train_seeds(
     if todo:
         ml.ensure_experiment(params.mlflow_experiment)
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch threads or MLflow clients
-        with ProcessPoolExecutor(seed_workers(params), mp_context=ctx) as pool:
+        with ProcessPoolExecutor(seed_workers(params), mp_context=ctx, initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
             futures = {
                 p.seed: pool.submit(_train_candidate, name, family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p, params.seed)
                 for p in todo

@@ -276,7 +276,7 @@ def _too_close_all_pairs(xy: np.ndarray, min_gap: float) -> bool:
 
 def test_too_close_matches_all_pairs_on_the_shapes_the_generator_tries():
     rng = np.random.default_rng(3)
-    shape = ProceduralTrackParams(ds=4.0)
+    params = ProceduralTrackParams()
     answers = []
     for _ in range(40):
         n = int(rng.integers(6, 16))
@@ -284,11 +284,11 @@ def test_too_close_matches_all_pairs_on_the_shapes_the_generator_tries():
         t = np.arange(n, dtype=float)
         xy = periodic_spline(t, float(n), ctrl, np.linspace(0, n, int(rng.integers(150, 400)), endpoint=False))
         gaps = np.linalg.norm(xy[:, None] - xy[None], axis=2)
-        for gap in (shape.width_max + generate._CLEARANCE, float(np.quantile(gaps, 0.02)), 40.0):
+        for gap in (params.width_max + generate._CLEARANCE, float(np.quantile(gaps, 0.02)), 40.0):
             answers.append(generate.too_close(xy, gap))
             assert answers[-1] == _too_close_all_pairs(xy, gap), gap
     assert 0.2 < np.mean(answers) < 0.8  # both answers were exercised
-    # exactly at the gap: a pair at distance == min_gap is not too close, a hair less is
+    # at the boundary: a pair exactly min_gap apart is not too close; with min_gap a hair larger it is
     line = np.array([[0.0, 0.0], [100.0, 0.0], [100.0, 30.0], [0.0, 30.0]])
     xy = np.concatenate([np.linspace(line[k], line[(k + 1) % 4], 50, endpoint=False) for k in range(4)])
     assert not generate.too_close(xy, 30.0) and not _too_close_all_pairs(xy, 30.0)

@@ -429,6 +429,16 @@ def test_seed_workers_end_when_train_is_killed(model_dir: Path, tmp_path: Path) 
     _children_end_with(proc, lambda: len(list(out.rglob("*.pt"))) >= 2)  # both seeds saved a chunk
 
 
+def test_collect_workers_end_when_collect_is_killed(tmp_path: Path) -> None:
+    """The collection pool's workers end with `s3 collect` too (the same initializer as the seeds')."""
+    out = tmp_path / "rollouts"
+    sets = [a for o in ["collect.episodes=400", "collect.episode_steps=300", "collect.episodes_per_shard=1", "collect.n_tracks=1",
+                        "collect.workers=2", f"collect.out_dir={out}", f"collect.plot_dir={tmp_path}/plots"] for a in ("--set", o)]  # fmt: skip
+    env = {**os.environ, "S3_MLFLOW": "0", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "s3", "collect", "--quiet", *sets], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _children_end_with(proc, lambda: len(list(out.glob("shard-*.parquet"))) >= 2)  # minutes of episodes left, unless killed
+
+
 def test_resume_file_from_other_params_is_ignored(model_dir: Path, tmp_path: Path) -> None:
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.params import TrainParams

@@ -218,12 +218,13 @@ def test_compiled_kernels_do_not_depend_on_the_thread_count() -> None:
     with torch.inference_mode():
         one = model.step(hs, ha, a, mu)
     clone = pickle.loads(pickle.dumps(model))  # compiles afresh, now with 2 threads
+    threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
         with torch.inference_mode():
             two = clone.step(hs, ha, a, mu)
     finally:
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
     assert torch.equal(one, two)
 
 

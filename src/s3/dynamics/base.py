@@ -88,8 +88,8 @@ class DynamicsModel(nn.Module):
     warm inductor cache, up to ~1.5 min cold on a loaded machine). Its kernels are built
     single-threaded (inductor's cpp.threads = 1): built for 2 threads, dytr's env ran 6x slower
     than on one (an OpenMP region per row of its attention reductions) and its outputs depended
-    on the thread count; now they do not (tests/test_env_speed_equivalence.py). The GRU (ddm) and the
-    single-track integrator measured no gain (0.7-0.9x), so they stay eager.
+    on the thread count; now they do not (tests/test_env_speed_equivalence.py). The GRU (ddm) and
+    the single-track integrator measured no gain (0.7-0.9x), so they stay eager.
     """
 
     family: ClassVar[str] = "base"

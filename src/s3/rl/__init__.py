@@ -18,3 +18,14 @@ Public API (import from the submodules; this package imports nothing heavy itsel
     observations.obs_layout(env_params) -> ObsLayout     (the observation, documented in that module)
     controllers.PurePursuit(layout)                      a centerline follower on the observation
 """
+
+# What the train stage's worker processes import (a PPO seed of s3.rl.seeds; the seed choice's
+# source-simulator cars, s3.rl.source_env): their forkserver imports it once (s3.workers).
+TRAIN_WORKER_PRELOAD = (
+    "s3.rl.seeds",
+    "s3.dynamics.checkpoint",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "s3.rl.source_env",
+    "s3.sim.factory",
+    "s3.sim.mujoco_car",
+)

@@ -27,26 +27,33 @@ tagged s3.family = the model family); the summary's mlflow_run_id is the winner'
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
 from s3.io import atomic_path, write_json_atomic
+from s3.rl import TRAIN_WORKER_PRELOAD
 from s3.rl import mlflow_logger as ml
 from s3.rl.export import META, SCRIPT, WEIGHTS
 from s3.rl.params import SELECTION_ONLY, TrainParams
 from s3.rl.tracks import VALIDATION_SEED_BASE
 from s3.rl.train import file_sha256
-from s3.workers import exit_with_parent
+from s3.workers import exit_with_parent, forkserver_context
 
 CANDIDATES = ".seeds"
 CURVE = "learning_curve.png"  # each candidate's, in its folder
 Scorer = Callable[[list[Path]], list[dict[str, Any]]]
+
+
+def worker_context() -> BaseContext:
+    """Seed workers fork from a server that has imported torch, the trainer and MLflow once, and
+    that has run neither torch nor an MLflow client (s3.workers); spawn where there is no forkserver."""
+    return forkserver_context(TRAIN_WORKER_PRELOAD)
 
 
 def seed_workers(params: TrainParams) -> int:
@@ -108,8 +115,7 @@ def train_seeds(
             todo.append(p)
     if todo:
         ml.ensure_experiment(params.mlflow_experiment)
-        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch threads or MLflow clients
-        with ProcessPoolExecutor(seed_workers(params), mp_context=ctx, initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
+        with ProcessPoolExecutor(seed_workers(params), mp_context=worker_context(), initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
             futures = {
                 p.seed: pool.submit(_train_candidate, name, family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p, params.seed)
                 for p in todo

@@ -26,7 +26,6 @@ the context manager) stops them all.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import traceback
 from collections.abc import Sequence
@@ -45,6 +44,8 @@ from s3.rl.env import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT, Ob
 from s3.rl.params import EnvParams
 from s3.sim.base import Control, SimulatorError
 from s3.tracks.track import Track
+from s3.workers import forkserver_context
+from s3.workers import prestart as start_forkserver
 
 if TYPE_CHECKING:
     from s3.config import SimParams
@@ -144,19 +145,12 @@ def _worker_main(conn: Connection, sim: SimParams, tracks: Sequence[Track], n_ca
 # ---------------------------------------------------------------------------- main process
 def _context() -> Any:
     """A forkserver context preloading this module (one torch import for all workers), else spawn."""
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)  # no effect once the server runs: it then already has them or imports lazily
-    return ctx
+    return forkserver_context(PRELOAD)
 
 
 def prestart() -> None:
     """Start the forkserver now, so that its one-time import overlaps the caller's own setup."""
-    if _context().get_start_method() == "forkserver":
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
+    start_forkserver(_context())
 
 
 def resolve_workers(workers: int, num_envs: int) -> int:

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from s3.io import write_json_atomic
+from s3.rl import TRAIN_WORKER_PRELOAD
 from s3.rl.params import POLICY_NAMES
+from s3.workers import forkserver_context, prestart
 
 FAMILY_POLICIES = ("bicycle", "ddm", "transformer", "dytr")
 
@@ -42,6 +44,8 @@ def train_one(name: str, root: Any, models_dir: str | Path, out_dir: str | Path,
         from s3.rl.direct import train_direct
 
         return train_direct(root.model_copy(update={"train": tp}), out_dir, plots_dir, metrics_dir)
+    if tp.seeds > 1:  # the seed workers' forkserver imports while this process does (s3.workers)
+        prestart(forkserver_context(TRAIN_WORKER_PRELOAD))
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.env import resolve_device
     from s3.rl.train import TrainError, train_policy

@@ -439,6 +439,26 @@ def test_collect_workers_end_when_collect_is_killed(tmp_path: Path) -> None:
     _children_end_with(proc, lambda: len(list(out.glob("shard-*.parquet"))) >= 2)  # minutes of episodes left, unless killed
 
 
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polling"])
+def test_a_pool_worker_ends_when_the_process_it_watches_ends(pidfd: bool) -> None:
+    """exit_with_parent watches any process, not only the parent (a forkserver worker's parent is
+    the server); without pidfd_open (Linux < 5.3) it polls the pid."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    script = ("import os, sys, time\n" + ("" if pidfd else "del os.pidfd_open\n") +
+              "from s3.workers import exit_with_parent\nexit_with_parent(int(sys.argv[1]))\ntime.sleep(120)")  # fmt: skip
+    watcher = subprocess.Popen([sys.executable, "-c", script, str(sleeper.pid)])
+    try:
+        time.sleep(1.5)
+        assert watcher.poll() is None, "the watcher ended while the process it watches was running"
+        sleeper.kill()
+        sleeper.wait()
+        assert watcher.wait(timeout=10) == 1
+    finally:
+        for p in (sleeper, watcher):
+            p.kill()
+            p.wait()
+
+
 def test_resume_file_from_other_params_is_ignored(model_dir: Path, tmp_path: Path) -> None:
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.params import TrainParams

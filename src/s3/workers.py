@@ -71,6 +71,8 @@ def exit_with_parent(parent_pid: int) -> None:
 
 
 def _exists(pid: int) -> bool:
+    if os.name == "nt":  # os.kill would end it there; with no forkserver the pool's maker is the parent
+        return os.getppid() == pid
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -32,7 +32,6 @@ import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +47,6 @@ from s3.workers import exit_with_parent, forkserver_context
 CANDIDATES = ".seeds"
 CURVE = "learning_curve.png"  # each candidate's, in its folder
 Scorer = Callable[[list[Path]], list[dict[str, Any]]]
-
-
-def worker_context() -> BaseContext:
-    """Seed workers fork from a server that has imported torch, the trainer and MLflow once, and
-    that has run neither torch nor an MLflow client (s3.workers); spawn where there is no forkserver."""
-    return forkserver_context(TRAIN_WORKER_PRELOAD)
 
 
 def seed_workers(params: TrainParams) -> int:
@@ -115,7 +108,8 @@ def train_seeds(
             todo.append(p)
     if todo:
         ml.ensure_experiment(params.mlflow_experiment)
-        with ProcessPoolExecutor(seed_workers(params), mp_context=worker_context(), initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
+        ctx = forkserver_context(TRAIN_WORKER_PRELOAD)  # forks of one server that imported torch, the trainer and MLflow (s3.workers)
+        with ProcessPoolExecutor(seed_workers(params), mp_context=ctx, initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
             futures = {
                 p.seed: pool.submit(_train_candidate, name, family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p, params.seed)
                 for p in todo

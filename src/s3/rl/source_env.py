@@ -39,6 +39,7 @@ from torch import Tensor
 
 from rsl_rl.env import VecEnv
 
+from s3.rl import SOURCE_WORKER_PRELOAD
 from s3.rl.actions import split_action
 from s3.rl.env import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT, ObservationBuilder
 from s3.rl.params import EnvParams
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
     from s3.sim.aids import DriverAidsParams
 
 STATE_COLUMNS = ("x", "y", "yaw", "vx", "vy", "yaw_rate", "steer")
-PRELOAD = ["s3.rl.source_env", "s3.sim.factory", "s3.sim.mujoco_car"]
 
 
 class SourceWorkerError(RuntimeError):
@@ -145,7 +145,7 @@ def _worker_main(conn: Connection, sim: SimParams, tracks: Sequence[Track], n_ca
 # ---------------------------------------------------------------------------- main process
 def _context() -> Any:
     """A forkserver context preloading this module (one torch import for all workers), else spawn."""
-    return forkserver_context(PRELOAD)
+    return forkserver_context(SOURCE_WORKER_PRELOAD)
 
 
 def prestart() -> None:

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test bench clean pipeline quick ui flow mlflow-ui nightly
+.PHONY: install run test lint bench clean pipeline quick ui flow mlflow-ui nightly
 
 # torch first, pinned to the CPU build: letting a later package pull torch would fetch CUDA.
 $(STAMP): pyproject.toml
@@ -21,6 +21,10 @@ run: install  ## the main job: the whole pipeline on default params (dvc repro; 
 
 test: install
 	$(BIN)/pytest -q
+
+lint: install  ## ruff: lint and format check (CI runs it before the tests)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: install
 	$(BIN)/s3 bench sim --json

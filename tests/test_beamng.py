@@ -253,7 +253,7 @@ def test_collect_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) -> 
         return out / "rollouts", load_rollouts(out / "rollouts")
 
     bng_dir, bng = run("beamng")
-    mj_dir, mj = run("mujoco")
+    _, mj = run("mujoco")
     m = read_manifest(bng_dir)
     assert list(bng.columns) == list(COLUMNS) and (bng.dtypes == mj.dtypes).all()
     assert m["simulator"] == "beamng" and m["simulator_version"].startswith("beamngpy 1.36 (protocol v1.27)")
@@ -281,9 +281,7 @@ def test_factory_makes_the_beamng_backend(standin: BeamngStandin) -> None:
 
 
 def test_standin_command_line() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "s3.sim.beamng_standin", "--port", "0"], stdout=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-m", "s3.sim.beamng_standin", "--port", "0"], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         assert "listening on 127.0.0.1:" in line and "v1.27" in line
@@ -296,7 +294,6 @@ def test_standin_command_line() -> None:
         assert proc.wait(timeout=10) == 0
     finally:
         proc.kill()
-
 
 
 @pytest.mark.timeout(240)

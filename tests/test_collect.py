@@ -159,9 +159,8 @@ def test_corrupted_shard_is_named(dataset: tuple[Path, pd.DataFrame], tmp_path: 
 
 def test_second_collect_on_same_folder_fails_fast(tmp_path: Path) -> None:
     params = tiny(tmp_path)
-    with workspace_lock(tmp_path / "rollouts", "s3 collect"):
-        with pytest.raises(WorkspaceBusy, match="already running"):
-            collect(params, quiet=True)
+    with workspace_lock(tmp_path / "rollouts", "s3 collect"), pytest.raises(WorkspaceBusy, match="already running"):
+        collect(params, quiet=True)
 
 
 def test_careful_driver_stays_on_track() -> None:

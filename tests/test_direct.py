@@ -136,7 +136,9 @@ def test_tiny_train_direct_writes_a_policy_the_evaluator_drives(tmp_path, monkey
 
 
 def test_bench_reports_source_and_direct_rates() -> None:
-    params = TrainParams.model_validate({"ppo": {"num_steps_per_env": 4, "learning_epochs": 1, "mini_batches": 1}, "direct": {"num_envs": 4, "num_steps_per_env": 4}})
+    params = TrainParams.model_validate(
+        {"ppo": {"num_steps_per_env": 4, "learning_epochs": 1, "mini_batches": 1}, "direct": {"num_envs": 4, "num_steps_per_env": 4}}
+    )
     out = bench_env("bicycle", sizes=(16,), params=params, env_seconds=0.1, train_iterations=1, n_tracks=2,
                     model=BicycleModel(history=5, dt=0.1, use_mu=False), source_seconds=0.3, direct_seconds=0.3, direct_workers=2)  # fmt: skip
     for key in SOURCE_KEYS:

@@ -333,7 +333,9 @@ def test_learned_family_fits_synthetic_car(family: str, rollouts_dir, workspace,
     params = DistillParams(**{**LEARN_PARAMS, **LEARN_OVERRIDES[family]})
     m = distill(family, rollouts_dir, workspace["models"], workspace["metrics"], workspace["plots"], params)
     results[family] = m
-    bike = results.get("bicycle") or distill("bicycle", rollouts_dir, workspace["models"], workspace["metrics"], workspace["plots"], DistillParams(**LEARN_PARAMS))
+    bike = results.get("bicycle") or distill(
+        "bicycle", rollouts_dir, workspace["models"], workspace["metrics"], workspace["plots"], DistillParams(**LEARN_PARAMS)
+    )
     assert m["train"]["steps"] > 0 and m["train"]["wall_s"] < 60
     assert m["rollout"]["all"]["fde_1s"] < LEARN_FDE_1S[family], m["rollout"]["all"]
     for split in ("asphalt", "ice", "transition"):

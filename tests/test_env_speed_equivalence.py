@@ -133,9 +133,9 @@ def reference_transformer(model: TransformerModel | DyTrModel, tokens: torch.Ten
     if extra_last is not None:
         x = torch.cat([x[:, :-1], x[:, -1:] + extra_last[:, None]], dim=1)
     for i, blk in enumerate(net.blocks):
-        n, t, d = x.shape
+        n, _, d = x.shape
         q, k, v = blk.qkv(blk.ln1(x)).split(d, dim=2)
-        heads = lambda y: y.reshape(n, -1, blk.heads, d // blk.heads).transpose(1, 2)  # noqa: E731
+        heads = lambda y, n=n, h=blk.heads, d=d: y.reshape(n, -1, h, d // h).transpose(1, 2)
         if i == len(net.blocks) - 1:
             x, y = x[:, -1:], F.scaled_dot_product_attention(heads(q[:, -1:]), heads(k), heads(v))
         else:
@@ -355,7 +355,9 @@ def test_history_windows_preview_and_observation_match_the_plain_code(tracks) ->
                 got_xy, got_w = env._preview()
                 assert torch.equal(got_xy, xy) and torch.equal(got_w[..., 0], wl) and torch.equal(got_w[..., 1], wr)
                 q = env._surface_d.numel()
-                mu_ahead = reference_friction(env.tracks, env.track_idx.repeat_interleave(q), (env.s[:, None] + env._surface_d).reshape(-1), env.track_feats[:, 0].repeat_interleave(q)).view(-1, q)
+                mu_ahead = reference_friction(
+                    env.tracks, env.track_idx.repeat_interleave(q), (env.s[:, None] + env._surface_d).reshape(-1), env.track_feats[:, 0].repeat_interleave(q)
+                ).view(-1, q)
                 surface = torch.cat([env.mu[:, None], mu_ahead], dim=1)
                 ref = reference_assemble(env.hist, env.track_feats, to_body(xy, env.pose), wl, wr, surface)
                 assert torch.equal(td["policy"], ref) and torch.equal(assemble(env.hist, env.track_feats, to_body(xy, env.pose), wl, wr, surface), ref)

@@ -23,9 +23,8 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory):
     from prefect.testing.utilities import prefect_test_harness
 
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"  # no network here; quieter logs
-    with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: tmp_path_factory.mktemp("prefect-results")}):
-        with prefect_test_harness(server_startup_timeout=120):
-            yield
+    with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: tmp_path_factory.mktemp("prefect-results")}), prefect_test_harness(server_startup_timeout=120):
+        yield
 
 
 def _task_states(flow_state) -> dict[str, str]:

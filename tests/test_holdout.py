@@ -26,7 +26,7 @@ def test_holdout_tracks_are_not_the_training_validation_tracks() -> None:
     assert all(p.mu <= 0.3 and p.s_end - p.s_start <= 100.0 + 1e-6 for t in ice for p in t.patches)
     assert not any(t.patches for t in holdout_tracks("dry", 4))
     trained_on = {t.name for t in validation_tracks(Params().train.tracks, seed=Params().train.seed)}
-    assert HOLDOUT_SEED != Params().train.seed and not trained_on & {t.name for t in holdout_tracks("dry", 8)}
+    assert Params().train.seed != HOLDOUT_SEED and not trained_on & {t.name for t in holdout_tracks("dry", 8)}
     with pytest.raises(ValueError, match="surface 'wet'"):
         holdout_tracks("wet")
 

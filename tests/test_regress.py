@@ -89,6 +89,7 @@ def test_policy_quality_tolerances(ws: Path, evalm: dict, ok: bool) -> None:
 @pytest.mark.parametrize(("ice_err", "ok"), [(1.05, True), (1.3, False)])
 def test_manoeuvre_probe_errors_are_judged_as_errors(ws: Path, ice_err: float, ok: bool) -> None:
     """The probes' 3 s errors in metrics/eval may grow 10 % like any predictive error; their slide count is not judged."""
+
     def with_probes(err: float, agreed: int) -> dict:
         return {**_eval(1.0, 120.0), "probes": {"summary": {"pos_err_3s_asphalt": 1.0, "pos_err_3s_ice": err, "slides_agreed": agreed}}}
 

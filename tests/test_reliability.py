@@ -181,9 +181,7 @@ def test_evaluation_retries_a_lost_run_then_reports_runs_lost(tmp_path: Path) ->
 
 
 def test_standin_command_line_drops_the_connection_on_request() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "s3.sim.beamng_standin", "--port", "0", "--drop-after-steps", "1"], stdout=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-m", "s3.sim.beamng_standin", "--port", "0", "--drop-after-steps", "1"], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         assert "listening on 127.0.0.1:" in line
@@ -237,7 +235,9 @@ def _extra_column(shard: Path) -> None:
     ],
     ids=["truncated", "bit-flipped", "missing-column", "extra-column", "missing-shard", "manifest-rows"],
 )
-def test_bad_rollouts_stop_distill_with_one_line_naming_the_file(one_shard: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage, sync_manifest: bool, expected: str) -> None:
+def test_bad_rollouts_stop_distill_with_one_line_naming_the_file(
+    one_shard: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage, sync_manifest: bool, expected: str
+) -> None:
     """Each damage stops `s3 distill` before any model is trained: exit 2, one line, the file named."""
     out = tmp_path / "data"
     out.mkdir()
@@ -352,7 +352,9 @@ def test_nan_ppo_loss_stops_training_and_keeps_the_last_good_state(model_dir: Pa
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/Loss/value")) == [0, 1, 2]  # the curve up to the failure
 
 
-def test_training_resumes_from_its_last_checkpoint_after_sigkill(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+def test_training_resumes_from_its_last_checkpoint_after_sigkill(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     """SIGKILL `train` once a chunk is saved; the re-run picks up at that iteration (not 0), ends at
     the full budget, validates the killed run's checkpoints with its own, and removes the resume file."""
     from s3.rl.params import TrainParams
@@ -435,7 +437,9 @@ def test_collect_workers_end_when_collect_is_killed(tmp_path: Path) -> None:
     sets = [a for o in ["collect.episodes=400", "collect.episode_steps=300", "collect.episodes_per_shard=1", "collect.n_tracks=1",
                         "collect.workers=2", f"collect.out_dir={out}", f"collect.plot_dir={tmp_path}/plots"] for a in ("--set", o)]  # fmt: skip
     env = {**os.environ, "S3_MLFLOW": "0", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "s3", "collect", "--quiet", *sets], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "s3", "collect", "--quiet", *sets], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     _children_end_with(proc, lambda: len(list(out.glob("shard-*.parquet"))) >= 2)  # minutes of episodes left, unless killed
 
 
@@ -509,7 +513,9 @@ def test_two_s3_collect_on_one_folder_second_fails_fast(tmp_path: Path, monkeypa
     from s3.cli import _known_errors
 
     _known_errors()  # the CLI imports every stage's error type on its first error: do that before timing
-    first = subprocess.Popen([sys.executable, "-m", "s3", "collect", "--quiet", *sets], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "s3", "collect", "--quiet", *sets], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lock = out / ".s3_lock"
     deadline = time.monotonic() + 60
     while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline and first.poll() is None:

@@ -239,7 +239,9 @@ def test_entry_point_writes_prints_and_logs(ws: Path, monkeypatch: pytest.Monkey
     from s3.platform import tracking
 
     calls: list[tuple[str, str | None, dict[str, Any], list[Path]]] = []
-    monkeypatch.setattr(tracking, "log_stage_safely", lambda stage, fam, params, metrics, artifacts: calls.append((stage, fam, metrics, list(artifacts))) or "run")
+    monkeypatch.setattr(
+        tracking, "log_stage_safely", lambda stage, fam, params, metrics, artifacts: calls.append((stage, fam, metrics, list(artifacts))) or "run"
+    )
     console = Console(record=True, width=300)
     rep = rp.report(ws / "metrics", ws / "reports", ws / "plots" / "report", console=console)
     saved = _strict(ws / "metrics" / "report.json")

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from s3.dynamics.base import DynamicsModel
 from s3.dynamics.bicycle import BicycleModel, fit_bicycle
 from s3.dynamics.synthetic import generate_rollouts
-from s3.rl.controllers import PurePursuit, straight_line
 from s3.rl.actions import command_to_policy, policy_to_command
+from s3.rl.controllers import PurePursuit, straight_line
 from s3.rl.env import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT, DistilledEnv, ObservationBuilder
 from s3.rl.observations import obs_layout
 from s3.rl.params import EnvParams, TrackPoolParams, TrainParams
@@ -135,8 +135,7 @@ def test_action_maps() -> None:
 
 def test_speed_sensitive_steering() -> None:
     """Full range up to steer_full_speed, then (v0 / v)^2: the same lateral acceleration at any speed."""
-    from s3.rl.actions import steer_range
-    from s3.rl.actions import split_action
+    from s3.rl.actions import split_action, steer_range
 
     vx = torch.tensor([0.0, 6.0, 12.0, 24.0, -24.0, 48.0])
     assert torch.allclose(steer_range(vx, 12.0), torch.tensor([1.0, 1.0, 1.0, 0.25, 0.25, 0.0625]))
@@ -256,7 +255,7 @@ def test_time_limit_is_a_time_out(bicycle, tracks) -> None:
     env.reset_to(torch.arange(4) % 3, torch.zeros(4), 0.0, 0.0, 5.0)
     pp = PurePursuit(env.layout)
     obs = env.get_observations()["policy"]
-    for k in range(5):
+    for _ in range(5):
         td, _, dones, extras = env.step(pp(obs))
         obs = td["policy"]
     assert dones.all() and extras["time_outs"].all() and (extras["reason"] == TIME_OUT).all()
@@ -412,7 +411,7 @@ def test_mirrored_track_turns_the_other_way() -> None:
     m = mirrored(t)
     assert np.isclose(m.length, t.length) and np.allclose(m.curvature, -t.curvature)
     assert np.allclose(m.w_left, t.w_right) and len(m.patches) == len(t.patches)
-    xy = t.centerline[:: 7] + np.array([0.0, 0.0])
+    xy = t.centerline[::7] + np.array([0.0, 0.0])
     ref = t.project(xy)
     mir = m.project(xy * np.array([1.0, -1.0]))
     assert np.allclose(mir.d, -ref.d, atol=1e-6) and np.allclose(mir.s, ref.s, atol=1e-6)

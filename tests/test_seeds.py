@@ -8,12 +8,12 @@ import json
 
 import pytest
 import torch
+from test_train import TINY  # pytest puts tests/ on sys.path; the fixtures are in conftest.py
 
 from s3.dynamics.checkpoint import save_checkpoint
 from s3.rl.export import SCRIPT, WEIGHTS
 from s3.rl.params import TrainParams
 from s3.rl.seeds import CANDIDATES, _finished, seed_workers, train_seeds
-from test_train import TINY  # pytest puts tests/ on sys.path; the fixtures are in conftest.py
 
 torch.set_num_threads(1)
 

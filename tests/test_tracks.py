@@ -10,8 +10,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from s3.tracks.csv_loader import load_track_csv, save_track_csv
 from s3.tracks import generate
+from s3.tracks.csv_loader import load_track_csv, save_track_csv
 from s3.tracks.generate import ProceduralTrackParams, procedural_track
 from s3.tracks.road_course import ICE_PATCHES, road_course
 from s3.tracks.torch_track import TrackBatch
@@ -323,7 +323,7 @@ def test_road_course_shape_and_ice():
     kappa = np.abs(nominal.curvature)
     assert kappa.max() > 1 / 20 and kappa[kappa > 1e-3].min() < 1 / 150  # hairpins and fast sweepers
     w = nominal.w_left + nominal.w_right
-    assert 9.5 <= w.min() and w.max() <= 12.5
+    assert w.min() >= 9.5 and w.max() <= 12.5
     assert len(ice.patches) == 7 == len(ICE_PATCHES) and not nominal.patches
     assert all(p.mu == pytest.approx(0.15) for p in ice.patches)
     np.testing.assert_array_equal(ice.centerline, nominal.centerline)

@@ -11,8 +11,8 @@ import torch
 from tensordict import TensorDict
 
 from s3.dynamics.checkpoint import save_checkpoint
-from s3.rl.bench import bench_env
 from s3.rl.actions import policy_to_command
+from s3.rl.bench import bench_env
 from s3.rl.env import DistilledEnv
 from s3.rl.export import SCRIPT, WEIGHTS, as_callable, deployable, load_actor, load_exported, load_policy_fn, save_policy
 from s3.rl.params import EnvParams, PPOParams, TrainParams
@@ -119,7 +119,9 @@ def test_checkpoints_validated_together_drive_as_they_drive_alone() -> None:
         for p in model.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=g))
         model.head.bias[0] += 1.0
-    params = TrainParams.model_validate({**TINY, "env": {"num_envs": 8, "compile_model": True}, "tracks": {"pool_size": 2, "validation_tracks": 8, "validation_starts": 4}})
+    params = TrainParams.model_validate(
+        {**TINY, "env": {"num_envs": 8, "compile_model": True}, "tracks": {"pool_size": 2, "validation_tracks": 8, "validation_starts": 4}}
+    )
     tracks, dev = validation_tracks(params.tracks, params.seed), torch.device("cpu")
     actor = make_runner(DistilledEnv(model, tracks[:2], params.env, seed=0), params.ppo, "cpu").alg.get_policy()
     states = []
@@ -186,7 +188,14 @@ def test_gru_policy_with_surface_label_trains_in_chunks(bicycle, root) -> None:
 def test_the_wall_clock_cap_stops_after_a_chunk_and_says_so(bicycle, root) -> None:
     """A cap shorter than one chunk ends training after that chunk, and the policy says the clock, not the budget, stopped it."""
     params = TrainParams.model_validate(
-        {**TINY, "max_env_steps": 64 * 8 * 6, "max_minutes": 1e-6, "chunk_iterations": 2, "env": {"num_envs": 64}, "ppo": {**TINY["ppo"], "num_steps_per_env": 8}}
+        {
+            **TINY,
+            "max_env_steps": 64 * 8 * 6,
+            "max_minutes": 1e-6,
+            "chunk_iterations": 2,
+            "env": {"num_envs": 64},
+            "ppo": {**TINY["ppo"], "num_steps_per_env": 8},
+        }
     )
     summary = train_policy(bicycle, root / "policies" / "capped", None, params, "bicycle")
     assert summary["train"]["iterations"] == 2 and summary["train"]["env_steps"] == 2 * 64 * 8
@@ -240,7 +249,11 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
     actor = runner.alg.get_policy()
     actor.eval()
     assert float(actor.obs_normalizer.count) > 0
-    meta = {"obs": env.layout.to_json(), "policy": {"recurrent": kind == "gru", "num_actions": 2, "actor_cfg": runner.cfg["actor"]}, "params": {"env": env_params.model_dump()}}
+    meta = {
+        "obs": env.layout.to_json(),
+        "policy": {"recurrent": kind == "gru", "num_actions": 2, "actor_cfg": runner.cfg["actor"]},
+        "params": {"env": env_params.model_dump()},
+    }
     save_policy(tmp_path, actor, runner.alg.critic, meta)
     scripted, _ = load_exported(tmp_path)
     rebuilt, _ = load_actor(tmp_path)

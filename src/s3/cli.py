@@ -33,6 +33,8 @@ def _table_console() -> Console:
     """stdout for tables; wide when not a terminal (dvc, logs), where rich would assume 80 columns."""
     out = Console()
     return out if out.is_terminal else Console(width=180)
+
+
 ParamsPath = Annotated[Path, typer.Option("--params", "-p", help="params file")]
 Overrides = Annotated[list[str] | None, typer.Option("--set", help="override, e.g. --set collect.episodes=10")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]

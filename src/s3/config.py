@@ -47,9 +47,7 @@ class SimParams(BaseModel):
             return self
         n = self.control_dt / self.mujoco.timestep
         if abs(n - round(n)) > 1e-6:
-            raise ValueError(
-                f"control_dt {self.control_dt} s must be a whole number of mujoco.timestep {self.mujoco.timestep} s"
-            )
+            raise ValueError(f"control_dt {self.control_dt} s must be a whole number of mujoco.timestep {self.mujoco.timestep} s")
         return self
 
 

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

@@ -145,7 +145,7 @@ def builders(d: dict[str, np.ndarray], surface_label: bool) -> dict[str, np.ndar
         obs_b = [b.start([0], pose[0:1], state[0:1], command[0:1]).numpy()[0]]
         for k in range(1, len(pose)):
             obs_b.append(b.observe(pose[k : k + 1], state[k : k + 1], command[k : k + 1]).numpy()[0])
-        drv = PolicyDriver(lambda: (lambda o: o), obs_layout(params), 0.1, params.track_ds, params.projection_window)
+        drv = PolicyDriver(lambda: lambda o: o, obs_layout(params), 0.1, params.track_ds, params.projection_window)
         obs_d = []
         for k in range(len(pose)):
             vs = VehicleState(time=0.1 * k, x=float(pose[k, 0]), y=float(pose[k, 1]), yaw=float(pose[k, 2]), vx=float(state[k, 0]),

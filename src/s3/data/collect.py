@@ -47,9 +47,9 @@ from s3.data.rollouts import (
     RolloutError,
     read_manifest,
     read_shard,
+    sha256_file,
     shard_metadata,
     shard_name,
-    sha256_file,
     write_manifest,
     write_shard,
 )
@@ -221,7 +221,7 @@ def _drop_worker_sim() -> None:
     if _SIM is not None:
         try:
             _SIM[1].close()
-        except Exception:  # noqa: BLE001 - a dead connection may fail to close; it is dropped anyway
+        except Exception:
             pass
         _SIM = None
 
@@ -232,9 +232,7 @@ def data_key(params: Params) -> str:
         {
             "seed": params.seed,
             "sim": params.sim.model_dump(mode="json", exclude={"beamng": {"host", "port", "socket_timeout", "bng_home"}}),
-            "collect": params.collect.model_dump(
-                mode="json", exclude={"workers", "out_dir", "plot_dir", "retries", "retry_backoff_s"}
-            ),
+            "collect": params.collect.model_dump(mode="json", exclude={"workers", "out_dir", "plot_dir", "retries", "retry_backoff_s"}),
             "s3": __version__,
             "schema": SCHEMA_VERSION,
             "simulator": _sim_version(params.sim.backend),
@@ -447,11 +445,7 @@ def _manifest(params: Params, results: list[ShardResult], out: Path, wall: float
         # the whole dataset's collection cost, including shards reused from earlier runs (shards
         # written before s3_seconds existed make it null): sum of per-shard seconds / workers
         "wall_seconds_total": round(sum(shard_seconds) / workers, 2) if all(map(math.isfinite, shard_seconds)) else None,
-        "shards": [
-            {"file": r.file, "rows": r.rows, "episodes": r.episodes, "sha256": sha256_file(out / r.file)}
-            for r in results
-            if r.written
-        ],
+        "shards": [{"file": r.file, "rows": r.rows, "episodes": r.episodes, "sha256": sha256_file(out / r.file)} for r in results if r.written],
         "columns": {name: {"unit": unit, "description": desc} for name, (_, unit, desc) in COLUMNS.items()},
         "params": params.model_dump(mode="json", include={"seed", "sim", "collect"}),
     }

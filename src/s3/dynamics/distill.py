@@ -188,14 +188,18 @@ def distill(
     if family != "bicycle":
         train = train_model(model, dm, params, device, folder)
     split = {k: [int(e) for e in v] for k, v in dm.split.items()}
-    save_checkpoint(model.cpu(), folder, params, extra={"train": json_safe({k: v for k, v in train.items() if k != "val_history"}), "split": split, "bicycle_fit": fit})
+    save_checkpoint(
+        model.cpu(), folder, params, extra={"train": json_safe({k: v for k, v in train.items() if k != "val_history"}), "split": split, "bicycle_fit": fit}
+    )
     model = model.to(device).eval()
     metrics, plot_data = evaluate(model, dm.data, dm.split["test"], params.eval_stride, params.divergence_seconds, params.throughput_sizes)
     if hasattr(model, "describe") and family == "dytr":
         metrics["prior_coefficients"] = model.describe()
     elif family == "ddm":
         b = dm.tensors.gather(torch.from_numpy(dm.test_index[:1024]))
-        metrics["mean_coefficients_test"] = model.describe(b["hist_states"].to(device), b["hist_actions"].to(device), b["actions"][:, 0].to(device), b["mu"][:, 0].to(device))
+        metrics["mean_coefficients_test"] = model.describe(
+            b["hist_states"].to(device), b["hist_actions"].to(device), b["actions"][:, 0].to(device), b["mu"][:, 0].to(device)
+        )
     elif family == "bicycle":
         metrics["fit"] = fit
     metrics["train"] = train
@@ -207,12 +211,16 @@ def distill(
 
     from s3.viz.distill_plots import plot_error_vs_horizon, plot_trajectories
 
-    plot_trajectories(plots_dir / f"{family}_trajectories.png", _excerpts(dm.data, dm.split["test"], plot_data, dm.dt), f"{family}: predicted (3 s open loop) vs true")
+    plot_trajectories(
+        plots_dir / f"{family}_trajectories.png", _excerpts(dm.data, dm.split["test"], plot_data, dm.dt), f"{family}: predicted (3 s open loop) vs true"
+    )
     plot_error_vs_horizon(plots_dir / f"{family}_error_vs_horizon.png", {family: metrics["error_vs_horizon"]}, f"{family}: open-loop position error")
     return metrics
 
 
-def distill_many(families: list[str], rollouts_dir: Path, out_dir: Path, metrics_dir: Path, plots_dir: Path, params: DistillParams) -> dict[str, dict[str, Any]]:
+def distill_many(
+    families: list[str], rollouts_dir: Path, out_dir: Path, metrics_dir: Path, plots_dir: Path, params: DistillParams
+) -> dict[str, dict[str, Any]]:
     """`distill` each family in turn (rollouts read once per family); plus a joint error plot."""
     results = {f: distill(f, rollouts_dir, out_dir, metrics_dir, plots_dir, params) for f in families}
     from s3.viz.distill_plots import plot_error_vs_horizon

@@ -68,7 +68,9 @@ class DyTrModel(DynamicsModel):
         s0 = hs[:, -1]  # [N, S]
         prior = self.prior(s0, a, self.prior_coefficients(), mu)  # [N, S]
         prior_change = (prior - s0 - self.norm.delta_mean) / self.norm.delta_std
-        z = self.net(history_tokens(self, hs, ha, a, mu), extra_last=self.prior_embed(prior_change), bf16=self.inference_bf16, compiled=self.inference_compile)  # [N, D]
+        z = self.net(
+            history_tokens(self, hs, ha, a, mu), extra_last=self.prior_embed(prior_change), bf16=self.inference_bf16, compiled=self.inference_compile
+        )  # [N, D]
         return prior + self.head(z) * self.norm.delta_std
 
     def describe(self) -> dict[str, float]:

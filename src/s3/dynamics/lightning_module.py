@@ -69,7 +69,7 @@ class DynamicsLitModule(L.LightningModule):
         self.log("val/multi_step", terms["multi_step"], prog_bar=True, batch_size=n)
         self.log("val/fde_m", terms["fde"], prog_bar=True, batch_size=n)
 
-    def configure_optimizers(self):  # noqa: ANN201 (Lightning's return type union)
+    def configure_optimizers(self):
         # global physical parameters (geometry, the dytr prior's coefficients) are few scalars
         # shared by every sample: they get a larger step and no weight decay
         named = list(self.model.named_parameters())

@@ -16,7 +16,8 @@ speed: see base.py. `DynamicsModel.inference_compile` runs each chunk through `t
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -63,7 +64,7 @@ class Block(nn.Module):
 
     def forward(self, x: Tensor, last_only: bool = False) -> Tensor:
         """x [N, T, D] -> [N, T, D], or [N, 1, D] (the last token only) if last_only."""
-        n, t, d = x.shape
+        n, _, d = x.shape
         h = self.ln1(x)
         if last_only:  # keys and values of every token, the query of the last one only
             w, b = self.qkv.weight, self.qkv.bias

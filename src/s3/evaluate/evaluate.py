@@ -30,7 +30,7 @@ import numpy as np
 from s3.evaluate.drivers import Driver, DriverFactory, pid_factory
 from s3.evaluate.metrics import aggregate, run_metrics
 from s3.evaluate.params import EvaluateParams
-from s3.evaluate.plots import lap_gif, track_figure, traces_figure
+from s3.evaluate.plots import lap_gif, traces_figure, track_figure
 from s3.evaluate.run import RunResult, run_lap
 from s3.io import write_json_atomic
 from s3.sim.aids import DriverAidsParams
@@ -99,7 +99,7 @@ class _Simulator:
         if sim is not None:
             try:
                 sim.close()
-            except Exception:  # noqa: BLE001 - a lost connection may not close cleanly; it is dropped anyway
+            except Exception:
                 pass
 
     def wait(self, attempt: int, what: str, error: str) -> None:
@@ -230,7 +230,7 @@ def evaluate_driver(
         plots = _plots(name, kept, Path(plots_dir), ep)
     out = {
         "driver": name,
-        "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "measured_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({platform.machine()}, {platform.system()})",
         "simulator": simulator.info,
         "held_out_track": "road_course (built-in, never used for training or tuning)",
@@ -262,7 +262,7 @@ def _plots(name: str, kept: dict[str, list[tuple[dict[str, Any], RunResult]]], f
         fig = traces_figure(traces, track, f"{name}, {cond}: speed and steering (first seed of each start)")
         written.append(str(save_figure(fig, folder / f"{name}_{cond}_traces.png")))
     if ep.gif:
-        cond = "nominal" if "nominal" in kept and kept["nominal"] else next((c for c in kept if kept[c]), None)
+        cond = "nominal" if kept.get("nominal") else next((c for c in kept if kept[c]), None)
         if cond is not None:
             row, r = kept[cond][0]
             track = road_course(cond)  # type: ignore[arg-type]

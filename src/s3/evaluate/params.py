@@ -60,9 +60,7 @@ class EvaluateParams(_Section):
     perturb_heading: float = Field(0.05, ge=0.0, le=0.5, description="uniform +- initial heading error (rad)")
     perturb_speed: float = Field(1.0, ge=0.0, le=10.0, description="uniform +- initial speed (m/s)")
     max_lap_seconds: float = Field(400.0, gt=1.0, le=7200.0, description="a lap not finished by then is a time-out")
-    off_track_tolerance: float = Field(
-        0.0, ge=-3.0, le=10.0, description="car centre this far beyond the road edge (m) still counts as on track"
-    )
+    off_track_tolerance: float = Field(0.0, ge=-3.0, le=10.0, description="car centre this far beyond the road edge (m) still counts as on track")
     fail_distance: float = Field(4.0, gt=0.0, le=100.0, description="the run ends once the car centre is this far beyond the edge (m)")
     backwards_distance: float = Field(10.0, gt=0.0, le=1000.0, description="net reverse progress (m) that ends a run")
     stall_seconds: float = Field(8.0, gt=0.0, le=600.0, description="a run ends after this long below stall_speed")
@@ -74,9 +72,7 @@ class EvaluateParams(_Section):
     gif_frame_seconds: float = Field(2.0, gt=0.0, le=10.0, description="simulated seconds between GIF frames")
     gif_fps: int = Field(12, ge=1, le=60)
     pid: PidParams = PidParams()
-    driver_aids: DriverAidsParams = Field(
-        default_factory=DriverAidsParams, description="traction control / ABS of the car every driver is evaluated in"
-    )
+    driver_aids: DriverAidsParams = Field(default_factory=DriverAidsParams, description="traction control / ABS of the car every driver is evaluated in")
 
     @model_validator(mode="after")
     def _check(self) -> EvaluateParams:

@@ -37,12 +37,13 @@ def traces_figure(traces: Mapping[str, Mapping[str, np.ndarray]], track: Track, 
     for label, tj in traces.items():
         a = np.mod(tj["s"][0] + tj["progress"], track.length)
         cut = np.nonzero(np.diff(a) < -0.5 * track.length)[0] + 1  # no line across the start line
+        color = None  # the first part picks the next colour; the rest of the lap keeps it
         for part in np.split(np.arange(len(a)), cut):
             if len(part) < 2:
                 continue
-            (line,) = ax_v.plot(a[part], tj["speed"][part], lw=1.0, label=label if part[0] == 0 else None,
-                                color=None if part[0] == 0 else line.get_color())  # fmt: skip
-            ax_s.plot(a[part], tj["steering_cmd"][part], lw=0.8, color=line.get_color())
+            (line,) = ax_v.plot(a[part], tj["speed"][part], lw=1.0, label=label if part[0] == 0 else None, color=color)
+            color = line.get_color()
+            ax_s.plot(a[part], tj["steering_cmd"][part], lw=0.8, color=color)
     for p in track.patches:
         start, span = patch_span(p, track.length)
         for ax in (ax_v, ax_s):

@@ -112,10 +112,8 @@ class PolicyDriver:
         if self.layout.surface_label:
             sq = np.concatenate([[pr.s[0]], pr.s[0] + np.array(self.layout.surface_ahead)])
             surface = rt._mu_from_sd(np.mod(sq, rt.length), np.full(len(sq), pr.d[0]))  # same (s, d) rule as the env
-        tt = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float32))[None]  # noqa: E731
-        obs = assemble(
-            tt(self._hist), tt(feats), tt(body), tt(rt.w_left[idx]), tt(rt.w_right[idx]), None if surface is None else tt(surface)
-        )
+        tt = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float32))[None]
+        obs = assemble(tt(self._hist), tt(feats), tt(body), tt(rt.w_left[idx]), tt(rt.w_right[idx]), None if surface is None else tt(surface))
         return obs[0].numpy()
 
     @torch.inference_mode()

@@ -97,8 +97,6 @@ def evaluate_policy(name: str, folder: str | Path, params: Any, out_json: str | 
     distilled = distilled_laps(folder, params, models_dir)
     result["distilled"] = distilled
     result["probes"] = model_probes(folder, params, models_dir)
-    result["transfer_gap"] = {
-        cond: transfer_gap(result["conditions"][cond]["aggregate"], distilled[cond]["aggregate"]) for cond in distilled
-    }
+    result["transfer_gap"] = {cond: transfer_gap(result["conditions"][cond]["aggregate"], distilled[cond]["aggregate"]) for cond in distilled}
     write_json_atomic(out_json, result)
     return result

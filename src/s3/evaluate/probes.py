@@ -169,7 +169,14 @@ def probe_table(family: str, result: dict[str, Any]) -> Table:
     s = result["summary"]
     table = Table(title=f"probe {family}: 3 s error asphalt {s['pos_err_3s_asphalt']:.2f} m, ice {s['pos_err_3s_ice']:.2f} m; "
                         f"slides agreed {s['slides_agreed']}/{s['manoeuvres']}")  # fmt: skip
-    for col in ("manoeuvre", "pos err 1 / 2 / 3 s (m)", "heading err (rad)", "speed err (m/s)", "max sideslip source / model (rad)", "turn source / model (rad)"):
+    for col in (
+        "manoeuvre",
+        "pos err 1 / 2 / 3 s (m)",
+        "heading err (rad)",
+        "speed err (m/s)",
+        "max sideslip source / model (rad)",
+        "turn source / model (rad)",
+    ):
         table.add_column(col, justify="left" if col == "manoeuvre" else "right")
     for name, r in result["manoeuvres"].items():
         table.add_row(

@@ -235,7 +235,9 @@ def _row(name: str, distill: dict | None, ev: dict | None, train: dict | None, p
         "policy": policy,
         "transfer_gap": gap_columns(ev),
         "quality": {"score": quality_score(policy), "rank": None},
-        "rl_wall_s": _num(_get(train, "seed_selection", "rl_wall_s")) or _num(_get(train, "seed_selection", "wall_s")) or _num(_get(train, "train", "wall_s")),  # all seeds, side by side
+        "rl_wall_s": _num(_get(train, "seed_selection", "rl_wall_s"))
+        or _num(_get(train, "seed_selection", "wall_s"))
+        or _num(_get(train, "train", "wall_s")),  # all seeds, side by side
         "distill_wall_s": _num(_get(distill, "total_wall_s")) if distill else None,
     }
 
@@ -410,7 +412,7 @@ def build_report(metrics_dir: Path, manifest: Path | None = None) -> dict[str, A
     collect = _collect_cost(man, dt)
     direct = _direct_cost(_read(t_dir / "direct.json", missing), evals.get("direct"), dt)
     report = {
-        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({platform.machine()}, {platform.system()}, {os.cpu_count()} CPUs)",
         "metrics_dir": str(metrics_dir),
         "rows": rows,

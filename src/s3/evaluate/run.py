@@ -57,9 +57,7 @@ class RunResult:
 
 def track_state(track: Track, state: VehicleState, hint: int | None, window: int, progress: float) -> TrackState:
     """Project the car onto the track (locally around `hint` when given)."""
-    pr = track.project(
-        np.array([[state.x, state.y]]), np.array([state.yaw]), None if hint is None else np.array([hint]), window
-    )
+    pr = track.project(np.array([[state.x, state.y]]), np.array([state.yaw]), None if hint is None else np.array([hint]), window)
     assert pr.heading_error is not None
     return TrackState(
         s=float(pr.s[0]),

@@ -214,7 +214,7 @@ def log_stage_safely(*args: Any, **kwargs: Any) -> str | None:
     """`log_stage` that never fails the stage: tracking trouble is one warning line."""
     try:
         return log_stage(*args, **kwargs)
-    except Exception as e:  # noqa: BLE001 - tracking must not break a finished stage
+    except Exception as e:
         import sys
 
         print(f"warning: MLflow logging skipped ({type(e).__name__}: {e})", file=sys.stderr)

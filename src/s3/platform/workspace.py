@@ -18,7 +18,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 # pipeline results (git-tracked metrics included) and the lock describing them stay behind:
 # the workspace computes its own for its parameter set
 RESULTS = ("dvc.lock", "data/", "models/", "policies/", "metrics/", "plots/", "reports/", "baselines/", "mlflow.db", "mlartifacts/")

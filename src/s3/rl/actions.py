@@ -16,8 +16,6 @@ deployed policy (TorchScript included), which reads vx from its observation's fi
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import Tensor
 
@@ -27,7 +25,7 @@ def steer_range(vx: Tensor, steer_full_speed: float) -> Tensor:
     return (steer_full_speed / vx.abs().clamp(min=steer_full_speed)).square()
 
 
-def policy_to_command(a: Tensor, vx: Optional[Tensor] = None, steer_full_speed: float = 0.0) -> Tensor:  # Optional: TorchScript
+def policy_to_command(a: Tensor, vx: Tensor | None = None, steer_full_speed: float = 0.0) -> Tensor:  # Optional: TorchScript
     """(steer, longitudinal) [N, 2] -> (steering_cmd, throttle_cmd, brake_cmd) [N, 3], clipped."""
     a = a.clamp(-1.0, 1.0)
     steer = a[:, 0]

@@ -40,7 +40,16 @@ if TYPE_CHECKING:
     from s3.config import SimParams
 
 
-SOURCE_KEYS = ("source_control_steps_per_s", "direct_env_steps_per_s", "direct_ppo_steps_per_s", "direct_workers", "direct_num_envs", "direct_num_steps_per_env", "env_vs_source", "ppo_vs_direct")
+SOURCE_KEYS = (
+    "source_control_steps_per_s",
+    "direct_env_steps_per_s",
+    "direct_ppo_steps_per_s",
+    "direct_workers",
+    "direct_num_envs",
+    "direct_num_steps_per_env",
+    "env_vs_source",
+    "ppo_vs_direct",
+)
 
 
 def _peak_mb(device: torch.device) -> float:

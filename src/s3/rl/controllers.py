@@ -75,4 +75,3 @@ def straight_line(throttle: float = 0.5) -> Callable[[Tensor], Tensor]:
         return out
 
     return act
-

@@ -174,7 +174,12 @@ def _train_direct(
         if d.validation:
             val_tracks = pool.validation_tracks()
             n_val = len(val_tracks) * tp.tracks.validation_starts
-            val = (stack.enter_context(SourceVecEnv(val_tracks, params.sim, tp.env, n_val, min(workers, n_val), tp.seed, auto_reset=False, timeout_s=d.worker_timeout_s, aids=aids)), val_tracks)
+            val = (
+                stack.enter_context(
+                    SourceVecEnv(val_tracks, params.sim, tp.env, n_val, min(workers, n_val), tp.seed, auto_reset=False, timeout_s=d.worker_timeout_s, aids=aids)
+                ),
+                val_tracks,
+            )
         log_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="s3-rsl-direct-"))
         say(f"train {NAME}: {d.num_envs} source cars in {workers} workers ready after {clock.elapsed:.0f} s (budget {clock.budget_s:.0f} s)")
         loop = _loop(env, val, pool, ppo, params, clock, run_id, uri, log_dir, say)
@@ -243,7 +248,7 @@ def _fmt(x: float | None) -> str:
 
 
 def _snapshot(runner: Any) -> dict[str, Any]:
-    clone = lambda m: {k: v.detach().clone() for k, v in m.state_dict().items()}  # noqa: E731
+    clone = lambda m: {k: v.detach().clone() for k, v in m.state_dict().items()}
     return {"actor": clone(runner.alg.get_policy()), "critic": clone(runner.alg.critic)}
 
 
@@ -340,10 +345,23 @@ def _finish(
     if plots_dir is not None:
         from s3.viz.train_plots import plot_learning_curve
 
-        val_points = [{"env_steps": p["env_steps"], "mean_completion": p["val_score"], "completion_rate": p["val_completion_rate"]} for p in loop["curve"] if "val_score" in p]
-        plot_learning_curve(Path(plots_dir) / f"{NAME}.png", ml.curve(run_id), val_points, loop["steps_per_it"], f"{NAME}: PPO in the source simulator ({clock.budget_s:.0f} s budget)", best["env_steps"])
+        val_points = [
+            {"env_steps": p["env_steps"], "mean_completion": p["val_score"], "completion_rate": p["val_completion_rate"]}
+            for p in loop["curve"]
+            if "val_score" in p
+        ]
+        plot_learning_curve(
+            Path(plots_dir) / f"{NAME}.png",
+            ml.curve(run_id),
+            val_points,
+            loop["steps_per_it"],
+            f"{NAME}: PPO in the source simulator ({clock.budget_s:.0f} s budget)",
+            best["env_steps"],
+        )
     wall = clock.elapsed
-    train.update({"wall_s": round(wall, 1), "env_steps_per_s": round(env_steps / max(wall, 1e-9), 1), "over_budget_s": round(max(0.0, wall - clock.budget_s), 1)})
+    train.update(
+        {"wall_s": round(wall, 1), "env_steps_per_s": round(env_steps / max(wall, 1e-9), 1), "over_budget_s": round(max(0.0, wall - clock.budget_s), 1)}
+    )
     summary = json_safe(
         {
             "family": NAME,
@@ -360,8 +378,16 @@ def _finish(
     ml.log_metrics(
         client,
         run_id,
-        {"val/best_score": best["score"], "train/wall_s": wall, "train/env_steps": float(env_steps), "train/ppo_steps_per_s": train["ppo_steps_per_s"], "train/budget_s": clock.budget_s},
+        {
+            "val/best_score": best["score"],
+            "train/wall_s": wall,
+            "train/env_steps": float(env_steps),
+            "train/ppo_steps_per_s": train["ppo_steps_per_s"],
+            "train/budget_s": clock.budget_s,
+        },
         step=max(loop["iterations"] - 1, 0),
     )
-    say(f"train {NAME}: kept iteration {best['iteration']} (val {_fmt(best['score'])}); {env_steps} steps in {wall:.0f} s of {clock.budget_s:.0f} s -> {folder}")
+    say(
+        f"train {NAME}: kept iteration {best['iteration']} (val {_fmt(best['score'])}); {env_steps} steps in {wall:.0f} s of {clock.budget_s:.0f} s -> {folder}"
+    )
     return summary

@@ -61,10 +61,9 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
+from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 from torch import Tensor
-
-from rsl_rl.env import VecEnv
 
 from s3.dynamics.base import DynamicsModel, integrate_pose
 from s3.rl.actions import split_action
@@ -175,7 +174,7 @@ class DistilledEnv(VecEnv):
     # ------------------------------------------------------------------ setup
     def _allocate(self) -> None:
         n, k, h, dev = self.num_envs, self.model.history, self.layout.history, self.device
-        z = lambda *shape: torch.zeros(*shape, device=dev)  # noqa: E731
+        z = lambda *shape: torch.zeros(*shape, device=dev)
         self._hs, self._ha = _Window(n, k, 4, dev), _Window(n, k, 3, dev)
         self._hist = _Window(n, h + 1, 7, dev)
         self.pose = z(n, 3)
@@ -311,7 +310,7 @@ class DistilledEnv(VecEnv):
     ) -> TensorDict:
         """Deterministic reset of every car to the given starts (evaluation); returns observations."""
         n, dev = self.num_envs, self.device
-        full = lambda x: torch.as_tensor(x, dtype=torch.float32, device=dev).expand(n).clone()  # noqa: E731
+        full = lambda x: torch.as_tensor(x, dtype=torch.float32, device=dev).expand(n).clone()
         self._reset_idx(
             torch.arange(n, device=dev),
             track=torch.as_tensor(track_idx, dtype=torch.long, device=dev).expand(n).clone(),
@@ -398,7 +397,7 @@ class DistilledEnv(VecEnv):
     ) -> None:
         p, tb, dev, g = self.params, self.tracks, self.device, self.generator
         n = ids.numel()
-        rand = lambda: torch.rand(n, device=dev, generator=g)  # noqa: E731
+        rand = lambda: torch.rand(n, device=dev, generator=g)
         if track is None:
             track = torch.randint(0, len(tb), (n,), device=dev, generator=g)
         length = tb.length.index_select(0, track)

@@ -46,7 +46,9 @@ class EnvParams(_Section):
     preview_spacing: float = Field(5.0, gt=0.0, le=50.0, description="metres between preview points")
     surface_label: bool = Field(False, description="observe the friction under and ahead of the car")
     surface_ahead: list[float] = Field(default_factory=lambda: [5.0, 10.0, 20.0, 35.0, 50.0], description="metres ahead for the friction preview")
-    steer_full_speed: float = Field(0.0, ge=0.0, le=100.0, description="speed-sensitive steering: above this (m/s) the steering range shrinks as 1/v^2 (s3.rl.actions); 0 = off")
+    steer_full_speed: float = Field(
+        0.0, ge=0.0, le=100.0, description="speed-sensitive steering: above this (m/s) the steering range shrinks as 1/v^2 (s3.rl.actions); 0 = off"
+    )
     off_track_margin: float = Field(0.0, ge=-5.0, le=10.0, description="metres beyond the road edge still counted on track (car centre)")
     backwards_heading: float = Field(1.75, gt=0.5, le=3.15, description="|heading error| (rad) that ends an episode as 'backwards'")
     backwards_distance: float = Field(5.0, gt=0.0, le=1000.0, description="net reverse progress (m) that ends an episode")
@@ -93,7 +95,13 @@ class CircuitTrackParams(_Section):
 
     @model_validator(mode="after")
     def _ranges(self) -> CircuitTrackParams:
-        for lo, hi in (("corners_min", "corners_max"), ("hairpin_radius_min", "hairpin_radius_max"), ("straight_min", "straight_max"), ("main_straight_min", "main_straight_max"), ("length_min", "length_max")):
+        for lo, hi in (
+            ("corners_min", "corners_max"),
+            ("hairpin_radius_min", "hairpin_radius_max"),
+            ("straight_min", "straight_max"),
+            ("main_straight_min", "main_straight_max"),
+            ("length_min", "length_max"),
+        ):
             if getattr(self, lo) > getattr(self, hi):
                 raise ValueError(f"{lo} must not exceed {hi}")
         if self.hairpin_probability + self.sweeper_probability > 1.0:
@@ -173,7 +181,9 @@ class DirectParams(_Section):
     chunk_iterations: int = Field(25, ge=1, le=100000, description="PPO iterations between validations")
     pool_size: int = Field(16, ge=1, le=1024, description="training tracks at once (each worker keeps a friction raster per track, ~5-15 MB)")
     validation: bool = Field(True, description="keep the best checkpoint by source-simulator validation (else the last one)")
-    validation_seconds: float = Field(20.0, gt=0.0, le=3600.0, description="cap on each validation episode (s of driving; laps also end at validation_min_speed)")
+    validation_seconds: float = Field(
+        20.0, gt=0.0, le=3600.0, description="cap on each validation episode (s of driving; laps also end at validation_min_speed)"
+    )
     worker_timeout_s: float = Field(300.0, gt=0.0, le=86400.0, description="a worker silent this long is declared hung")
 
 
@@ -194,7 +204,9 @@ class TrainParams(_Section):
         "simulator on the first source_validation_tracks validation tracks (s3.rl.source_selection; sim.backend mujoco)",
     )
     source_validation_tracks: int = Field(16, ge=1, le=4096, description="validation tracks driven in the source when seed_selection is 'source'")
-    seed_workers: int = Field(0, ge=0, le=64, description="seed runs trained at once, one process each (0 = as many as the CPU cores hold at torch_threads each)")
+    seed_workers: int = Field(
+        0, ge=0, le=64, description="seed runs trained at once, one process each (0 = as many as the CPU cores hold at torch_threads each)"
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     torch_threads: int = Field(0, ge=0, le=256, description="torch intra-op threads (0 = torch default)")
     max_env_steps: int = Field(6_000_000, ge=1, le=10**11, description="the budget: stop after this many environment steps")
@@ -224,7 +236,7 @@ class TrainParams(_Section):
 
     @model_validator(mode="after")
     def _check_per_policy(self) -> TrainParams:
-        for name, over in self.per_policy.items():
+        for name in self.per_policy:
             if name not in POLICY_NAMES:
                 raise ValueError(f"per_policy.{name}: not one of {', '.join(POLICY_NAMES)}")
             try:

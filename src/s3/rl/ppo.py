@@ -77,7 +77,9 @@ def quiet(enabled: bool = True) -> Iterator[None]:
         yield
 
 
-def make_runner(env: Any, ppo: PPOParams, device: str | torch.device, log_dir: str | None = None, logger: dict[str, Any] | None = None, silent: bool = True) -> Any:
+def make_runner(
+    env: Any, ppo: PPOParams, device: str | torch.device, log_dir: str | None = None, logger: dict[str, Any] | None = None, silent: bool = True
+) -> Any:
     """An OnPolicyRunner on `env`; with log_dir=None rsl_rl logs nothing (and calls no writer)."""
     from rsl_rl.runners import OnPolicyRunner
 

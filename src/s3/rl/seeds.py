@@ -74,7 +74,9 @@ def _finished(folder: Path, params: TrainParams, model_folder: Path, validation_
     return {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
 
 
-def _train_candidate(name: str, family: str, model_folder: str, folder: str, plot_path: str, params: TrainParams, validation_seed: int) -> tuple[dict[str, Any], list]:
+def _train_candidate(
+    name: str, family: str, model_folder: str, folder: str, plot_path: str, params: TrainParams, validation_seed: int
+) -> tuple[dict[str, Any], list]:
     """One seed of policy `name`, in a worker process: (summary, learning curve)."""
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.env import resolve_device
@@ -111,7 +113,9 @@ def train_seeds(
         ctx = forkserver_context(TRAIN_WORKER_PRELOAD)  # forks of one server that imported torch, the trainer and MLflow (s3.workers)
         with ProcessPoolExecutor(seed_workers(params), mp_context=ctx, initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
             futures = {
-                p.seed: pool.submit(_train_candidate, name, family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p, params.seed)
+                p.seed: pool.submit(
+                    _train_candidate, name, family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p, params.seed
+                )
                 for p in todo
             }
             for seed, fut in futures.items():

@@ -34,10 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 from torch import Tensor
-
-from rsl_rl.env import VecEnv
 
 from s3.rl import SOURCE_WORKER_PRELOAD
 from s3.rl.actions import split_action
@@ -342,7 +341,7 @@ class SourceVecEnv(VecEnv):
     def reset_to(self, track_idx: Tensor, s: Tensor, d: Tensor | float = 0.0, heading_offset: Tensor | float = 0.0, speed: Tensor | float = 0.0) -> TensorDict:
         """Deterministic starts for every car (validation); returns the observations."""
         n = self.num_envs
-        full = lambda x: torch.as_tensor(x, dtype=torch.float32).expand(n).clone()  # noqa: E731
+        full = lambda x: torch.as_tensor(x, dtype=torch.float32).expand(n).clone()
         track = torch.as_tensor(track_idx, dtype=torch.long).expand(n).clone()
         x, y, h = self.observer.tracks.pose_at(track, full(s), full(d))
         self._restart(torch.arange(n), track, torch.stack([x, y, h + full(heading_offset), full(speed)], dim=1))
@@ -445,7 +444,7 @@ class SourceVecEnv(VecEnv):
     def _sample_starts(self, n: int) -> tuple[Tensor, Tensor]:
         """DistilledEnv's start distribution: (track [n], (x, y, yaw, speed) [n, 4])."""
         p, tb, g = self.params, self.observer.tracks, self.generator
-        rand = lambda: torch.rand(n, generator=g)  # noqa: E731
+        rand = lambda: torch.rand(n, generator=g)
         track = torch.randint(0, len(tb), (n,), generator=g)
         s0 = rand() * tb.length[track]
         wl, wr = tb.width_at(track, s0)
@@ -512,7 +511,7 @@ class _Stats:
         self.progress += progress[dones].tolist()
 
     def summary(self) -> dict[str, float | int | None]:
-        mean = lambda v: float(np.mean(v)) if v else None  # noqa: E731
+        mean = lambda v: float(np.mean(v)) if v else None
         return {
             "episodes": len(self.returns),
             "mean_return": mean(self.returns),

@@ -60,7 +60,9 @@ def train_one(name: str, root: Any, models_dir: str | Path, out_dir: str | Path,
             from s3.rl.source_selection import source_scores
 
             if root.sim.backend != "mujoco":
-                raise TrainError(f"train.seed_selection 'source' drives the seeds side by side in the embedded simulator: it needs sim.backend 'mujoco', not {root.sim.backend!r}")
+                raise TrainError(
+                    f"train.seed_selection 'source' drives the seeds side by side in the embedded simulator: it needs sim.backend 'mujoco', not {root.sim.backend!r}"
+                )
             scorer = functools.partial(source_scores, root=root, tp=tp)
         summary = train_seeds(name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp, scorer)
     else:

@@ -128,7 +128,7 @@ def load_resume(path: Path, fingerprint: str, device: torch.device, say: Callabl
         return None
     try:
         state = torch.load(path, map_location=device, weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unreadable file means: start fresh
+    except Exception as e:
         say(f"train: {path}: unreadable ({type(e).__name__}); starting fresh")
         return None
     if not isinstance(state, dict) or state.get("format") != RESUME_FORMAT:
@@ -186,7 +186,9 @@ def drive_checkpoints(actor: torch.nn.Module, states: list[dict[str, torch.Tenso
     max_seconds = np.tile(np.array([tracks[i].length for i in ti]) / params.validation_min_speed, k)
     compiled = model.inference_compile
     try:
-        return run_episodes(policy, model, tracks, np.tile(ti, k), np.tile(s, k), params.env.model_copy(update={"compile_model": False}), max_seconds=max_seconds, device=device)
+        return run_episodes(
+            policy, model, tracks, np.tile(ti, k), np.tile(s, k), params.env.model_copy(update={"compile_model": False}), max_seconds=max_seconds, device=device
+        )
     finally:
         model.inference_compile = compiled  # the model is shared with the training env
 
@@ -300,11 +302,7 @@ def _train(
                     learn_chunk(runner, n_it)
             except NonFiniteUpdate as e:
                 runner.logger.stop_logging_writer()  # the learning curve up to the failure reaches MLflow
-                kept = (
-                    f"kept the last good state in {resume_file} (iteration {done_it})"
-                    if resume_file.exists()
-                    else "no good state had been saved yet"
-                )
+                kept = f"kept the last good state in {resume_file} (iteration {done_it})" if resume_file.exists() else "no good state had been saved yet"
                 raise TrainError(f"{folder}: {e}; training stopped, {kept}") from None
             t_ppo += time.perf_counter() - t0
             done_it += n_it
@@ -312,7 +310,9 @@ def _train(
                                 "actor": _clone_state(runner.alg.get_policy()), "critic": _clone_state(runner.alg.critic)})  # fmt: skip
             rewards = [v for t, _, v in ml.curve(run_id) if t == "Train/mean_reward"]
             ml.log_metrics(client, run_id, {"train/env_steps": done_it * steps_per_it, "train/invalid_model_steps": env.invalid_model_steps}, step=done_it - 1)
-            say(f"train {family}: it {done_it}/{max_it}  {done_it * steps_per_it / 1e6:.2f} M steps  reward {rewards[-1] if rewards else float('nan'):.2f}  {time.perf_counter() - t_start:.0f} s")
+            say(
+                f"train {family}: it {done_it}/{max_it}  {done_it * steps_per_it / 1e6:.2f} M steps  reward {rewards[-1] if rewards else float('nan'):.2f}  {time.perf_counter() - t_start:.0f} s"
+            )
             if done_it < max_it and time.perf_counter() - t_start >= 60.0 * params.max_minutes:
                 stopped_by = "max_minutes"  # the result now depends on how fast the machine was
                 break
@@ -334,7 +334,14 @@ def _train(
             for c, summary in zip(checkpoints, validate_checkpoints(actor, [c["actor"] for c in checkpoints], model, val_tracks, params, device))
         ]
         t_val = time.perf_counter() - t_val
-        ml.log_points(client, run_id, [({"val/score": h["score"], "val/completion_rate": h["completion_rate"], "val/mean_lap_time_s": h["mean_lap_time_s"]}, h["iteration"]) for h in history])
+        ml.log_points(
+            client,
+            run_id,
+            [
+                ({"val/score": h["score"], "val/completion_rate": h["completion_rate"], "val/mean_lap_time_s": h["mean_lap_time_s"]}, h["iteration"])
+                for h in history
+            ],
+        )
         kept = kept_index([h["score"] for h in history], params.validation_tolerance)
         best = {"score": history[kept]["score"], "iteration": history[kept]["iteration"], "env_steps": history[kept]["env_steps"], "summary": history[kept]}
         actor.load_state_dict(checkpoints[kept]["actor"])
@@ -347,7 +354,13 @@ def _train(
         if params.road_course_check:
             policy = as_callable(deployable(actor, params.env.steer_full_speed).to(device), bool(getattr(actor, "is_recurrent", False)))
             lap = drive_lap(policy, model, road_course("nominal"), params.env, device=device)
-            road = {"completed": lap.completed, "lap_time_s": lap.lap_time, "completion": round(min(lap.progress / lap.lap_length, 1.0), 4), "reason": lap.reason, "length_m": round(lap.lap_length, 1)}
+            road = {
+                "completed": lap.completed,
+                "lap_time_s": lap.lap_time,
+                "completion": round(min(lap.progress / lap.lap_length, 1.0), 4),
+                "reason": lap.reason,
+                "length_m": round(lap.lap_length, 1),
+            }
 
         wall = time.perf_counter() - t_start
         env_steps = done_it * steps_per_it
@@ -434,7 +447,9 @@ def _train(
                 client.log_artifact(run_id, str(f), artifact_path="train")
             except Exception as e:  # an unreachable artifact store must not lose the trained policy
                 say(f"train {family}: could not log artifact {f.name} to MLflow ({e})")
-    say(f"train {family}: kept iteration {best['iteration']} (val {best['score']:.3f}); road course nominal: {road['reason']} {road['lap_time_s']} s; {wall:.0f} s -> {folder}")
+    say(
+        f"train {family}: kept iteration {best['iteration']} (val {best['score']:.3f}); road course nominal: {road['reason']} {road['lap_time_s']} s; {wall:.0f} s -> {folder}"
+    )
     return {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
 
 

@@ -127,10 +127,7 @@ def road_nodes(track: Track, origin: tuple[float, float, float] = (0.0, 0.0, 0.0
     shift = 0.5 * (track.w_left - track.w_right)
     mid = xy + shift[:, None] * np.stack([-np.sin(h), np.cos(h)], axis=1)
     width = track.w_left + track.w_right
-    return [
-        (float(x + origin[0]), float(y + origin[1]), float(origin[2]), float(w))
-        for (x, y), w in zip(mid, width, strict=True)
-    ]
+    return [(float(x + origin[0]), float(y + origin[1]), float(origin[2]), float(w)) for (x, y), w in zip(mid, width, strict=True)]
 
 
 def geometry_key(track: Track) -> str:
@@ -175,7 +172,7 @@ class BeamngSim:
         bng = BeamNGpy(p.host, p.port, home=p.bng_home, quit_on_close=False, socket_timeout=p.socket_timeout)
         try:
             bng.open(launch=p.bng_home is not None)
-        except Exception as e:  # noqa: BLE001 - beamngpy raises several unrelated types here
+        except Exception as e:
             raise SimulatorLost(
                 f"cannot reach BeamNG.tech at {p.host}:{p.port} ({type(e).__name__}: {e}); start it with its "
                 f"research port open (BeamNG.tech -tcom -tport {p.port}) or set sim.beamng.bng_home"
@@ -205,9 +202,7 @@ class BeamngSim:
         vehicle = Vehicle(p.vehicle_id, model=p.vehicle_model, license="S3", **options)
         vehicle.sensors.attach("electrics", Electrics())
         x0, y0 = track.centerline[0] + self._origin
-        scenario.add_vehicle(
-            vehicle, pos=(float(x0), float(y0), p.origin[2]), rot_quat=yaw_to_rot_quat(float(track.heading[0]))
-        )
+        scenario.add_vehicle(vehicle, pos=(float(x0), float(y0), p.origin[2]), rot_quat=yaw_to_rot_quat(float(track.heading[0])))
         scenario.make(bng)
         bng.scenario.load(scenario)
         bng.scenario.start()
@@ -261,7 +256,7 @@ class BeamngSim:
         except SimulatorError:
             self._drop()
             raise
-        except Exception as e:  # noqa: BLE001 - any client/socket failure ends the episode
+        except Exception as e:
             self._drop()
             raise SimulatorLost(f"BeamNG reset failed: {type(e).__name__}: {e}") from None
 
@@ -280,7 +275,7 @@ class BeamngSim:
         except SimulatorError:
             self._drop()
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self._drop()
             raise SimulatorLost(f"BeamNG step failed: {type(e).__name__}: {e}") from None
 
@@ -290,11 +285,11 @@ class BeamngSim:
             return
         try:
             self._set_friction(1.0)
-        except Exception:  # noqa: BLE001 - closing must not raise
+        except Exception:
             pass
         try:
             self._bng.close()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         self._bng = self._vehicle = None
         self._scenario_key = None
@@ -306,15 +301,13 @@ class BeamngSim:
         if bng is not None:
             try:
                 bng.disconnect()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
     def _teleport(self, x: float, y: float, yaw: float) -> None:
         p = self.params
         pos = (float(x + p.origin[0]), float(y + p.origin[1]), float(p.origin[2]))
-        ok = self._bng.vehicles.teleport(
-            self._vehicle, pos, rot_quat=yaw_to_rot_quat(yaw), reset=True, safe_spawn=p.safe_spawn
-        )
+        ok = self._bng.vehicles.teleport(self._vehicle, pos, rot_quat=yaw_to_rot_quat(yaw), reset=True, safe_spawn=p.safe_spawn)
         if not ok:
             raise SimulatorError(f"BeamNG refused to teleport the vehicle to {pos}")
 

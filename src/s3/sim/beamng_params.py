@@ -22,36 +22,24 @@ class BeamngParams(BaseModel):
     # connection
     host: str = Field("127.0.0.1", min_length=1, description="host of a running BeamNG.tech (its research port)")
     port: int = Field(25252, ge=1, le=65535, description="BeamNG.tech research port (-tport)")
-    socket_timeout: float | None = Field(
-        300.0, gt=0.0, description="s; a BeamNG reply slower than this fails the episode (map loads are slow)"
-    )
-    bng_home: str | None = Field(
-        None, description="BeamNG.tech install folder: if set and nothing listens on host:port, launch it there"
-    )
+    socket_timeout: float | None = Field(300.0, gt=0.0, description="s; a BeamNG reply slower than this fails the episode (map loads are slow)")
+    bng_home: str | None = Field(None, description="BeamNG.tech install folder: if set and nothing listens on host:port, launch it there")
 
     # scenario
     level: str = Field("smallgrid", min_length=1, description="a flat level; s3's track is laid out on it as a road")
     road_material: str = Field("track_editor_C_center", min_length=1, description="DecalRoad material of the track")
-    origin: tuple[float, float, float] = Field(
-        (0.0, 0.0, 0.0), description="world position (m) of s3's track origin in the level; z = ground height"
-    )
+    origin: tuple[float, float, float] = Field((0.0, 0.0, 0.0), description="world position (m) of s3's track origin in the level; z = ground height")
     vehicle_model: str = Field("etk800", min_length=1, description="BeamNG vehicle model (jbeam name)")
     part_config: str | None = Field(None, description="optional .pc part configuration of the vehicle")
     vehicle_id: str = Field("s3_ego", pattern=r"^[A-Za-z0-9_]+$")
-    shift_mode: Literal["arcade", "realistic_automatic", "realistic_manual", "realistic_manual_auto_clutch"] | None = (
-        Field(None, description="gearbox mode sent once per scenario; None keeps BeamNG's default (arcade)")
+    shift_mode: Literal["arcade", "realistic_automatic", "realistic_manual", "realistic_manual_auto_clutch"] | None = Field(
+        None, description="gearbox mode sent once per scenario; None keeps BeamNG's default (arcade)"
     )
 
     # time
-    steps_per_second: int = Field(
-        100, ge=10, le=2000, description="deterministic-mode steps per simulated second; control_dt must be whole steps"
-    )
-    runup_time: float = Field(
-        1.0, gt=0.0, le=30.0, description="s; a reset with speed > 0 accelerates the car (set_velocity) over this"
-    )
-    settle_steps: int = Field(
-        2, ge=1, le=1000, description="steps run with zero inputs after a standstill teleport, before the state is read"
-    )
+    steps_per_second: int = Field(100, ge=10, le=2000, description="deterministic-mode steps per simulated second; control_dt must be whole steps")
+    runup_time: float = Field(1.0, gt=0.0, le=30.0, description="s; a reset with speed > 0 accelerates the car (set_velocity) over this")
+    settle_steps: int = Field(2, ge=1, le=1000, description="steps run with zero inputs after a standstill teleport, before the state is read")
     safe_spawn: bool = Field(True, description="let BeamNG put the teleported car onto the ground")
 
     # surface friction
@@ -60,14 +48,10 @@ class BeamngParams(BaseModel):
         description="lua: scale ground_model's friction by GE Lua while the car's centre is on an ice patch; "
         "level: the level's own materials provide the ice (user-supplied level), nothing is sent",
     )
-    ground_model: str = Field(
-        "ASPHALT", pattern=r"^[A-Za-z0-9_]+$", description="ground model under the car that lua mode makes icy"
-    )
+    ground_model: str = Field("ASPHALT", pattern=r"^[A-Za-z0-9_]+$", description="ground model under the car that lua mode makes icy")
 
     # the vehicle as s3 sees it
     wheelbase: float = Field(2.7, ge=1.5, le=4.5, description="m")
     track_width: float = Field(1.6, ge=1.0, le=2.2, description="m, for the per-wheel friction labels")
     max_steer: float = Field(0.55, gt=0.05, le=1.0, description="rad, road-wheel angle at full steering input")
-    steering_wheel_lock: float = Field(
-        450.0, gt=0.0, le=1800.0, description="deg, steering-wheel angle at full input (the jbeam steeringWheelLock)"
-    )
+    steering_wheel_lock: float = Field(450.0, gt=0.0, le=1800.0, description="deg, steering-wheel angle at full input (the jbeam steeringWheelLock)")

@@ -83,8 +83,7 @@ def build_mjcf(p: MujocoCarParams) -> str:
     box_z = CLEARANCE + 0.5 * p.body_height - p.cg_height
     box_x = 0.5 * (xf + xr)
     steer_act = "".join(
-        f'<position name="steer_{w}" joint="steer_{w}" kp="{p.steer_kp}" kv="{p.steer_kv}" '
-        f'ctrlrange="{-max_wheel_steer(p)} {max_wheel_steer(p)}"/>'
+        f'<position name="steer_{w}" joint="steer_{w}" kp="{p.steer_kp}" kv="{p.steer_kv}" ctrlrange="{-max_wheel_steer(p)} {max_wheel_steer(p)}"/>'
         for w in FRONT
     )
     touch = "".join(f'<touch name="touch_{w}" site="patch_{w}"/>' for w in WHEELS)

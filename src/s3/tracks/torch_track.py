@@ -9,7 +9,8 @@ point normals, later friction patches overriding earlier ones.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -191,15 +192,11 @@ class TrackBatch:
     def _heading_lerp(self, flat: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return _wrap(_take(self.heading, flat) + t * _take(self.dheading, flat))
 
-    def pose_at(
-        self, track_idx: torch.Tensor, s: torch.Tensor, d: torch.Tensor | float = 0.0
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def pose_at(self, track_idx: torch.Tensor, s: torch.Tensor, d: torch.Tensor | float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """World x, y, heading at (s, d) on each point's track (s, d broadcast to s's shape)."""
         return self.pose_at_located(*self._locate(track_idx, s), d)
 
-    def pose_at_located(
-        self, flat: torch.Tensor, t: torch.Tensor, d: torch.Tensor | float = 0.0
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def pose_at_located(self, flat: torch.Tensor, t: torch.Tensor, d: torch.Tensor | float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`pose_at` from an earlier `_locate` (flat point index, fraction along its segment)."""
         nxt = self._next(flat)
         tt = t.unsqueeze(-1)
@@ -279,9 +276,7 @@ class TrackBatch:
                 flat[sl], t[sl] = self._nearest(xy[sl], base[sl].unsqueeze(1) + offs, valid)
         return self._projection_from(xy, flat, t, yaw)
 
-    def _projection_from(
-        self, xy: torch.Tensor, flat: torch.Tensor, t: torch.Tensor, yaw: torch.Tensor | None
-    ) -> BatchProjection:
+    def _projection_from(self, xy: torch.Tensor, flat: torch.Tensor, t: torch.Tensor, yaw: torch.Tensor | None) -> BatchProjection:
         v = self.seg[flat]
         rel = xy - (self.xy[flat] + t.unsqueeze(-1) * v)
         cross = v[:, 0] * rel[:, 1] - v[:, 1] * rel[:, 0]
@@ -327,9 +322,7 @@ class TrackBatch:
         out = torch.where(last > 0, mu, self.base_mu.index_select(0, track_idx))
         return out.t().reshape(s.shape)
 
-    def friction_at(
-        self, xy: torch.Tensor, track_idx: torch.Tensor, hint: torch.Tensor | None = None, window: int = 16
-    ) -> torch.Tensor:
+    def friction_at(self, xy: torch.Tensor, track_idx: torch.Tensor, hint: torch.Tensor | None = None, window: int = 16) -> torch.Tensor:
         """Peak friction [N] under points xy on their tracks (base_mu outside patches)."""
         return self.friction_from_projection(track_idx, self.project(xy, track_idx, hint, window))
 

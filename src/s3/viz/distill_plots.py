@@ -8,10 +8,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from s3.io import atomic_path  # noqa: E402
+from s3.io import atomic_path
 
 SPLIT_TITLES = {"all": "all test windows", "asphalt": "asphalt only", "ice": "ice only", "transition": "crossing a friction transition"}
 

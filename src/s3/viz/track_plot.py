@@ -7,8 +7,8 @@ a pipeline stage or a worker thread touches no global GUI state.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from matplotlib.axes import Axes

@@ -1,0 +1,66 @@
+"""What the quick pipeline produced, as content digests (not file bytes).
+
+    python tests/golden/quick_digest.py <workspace> [--write]   # print (or pin in quick.json)
+
+File bytes are not stable today (shards carry a wall-clock metadata entry, policy.json a run id),
+so each output is reduced to its content: the rollout rows, the model and policy tensors, the
+evaluation runs' outcomes. tests/test_pipeline.py compares a fresh quick run with quick.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+EVAL_KEYS = ("condition", "start_index", "seed", "reason", "steps", "completed", "distance_m")
+
+
+def _tensors(path: Path) -> str:
+    from safetensors.numpy import load_file
+
+    h = hashlib.sha256()
+    for name, value in sorted(load_file(str(path)).items()):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(value).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _rows(path: Path) -> str:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    h = hashlib.sha256()
+    for name in sorted(table.column_names):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(table.column(name).to_numpy()).tobytes())
+    return h.hexdigest()[:16]
+
+
+def digest(ws: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for shard in sorted((ws / "data/rollouts").glob("*.parquet")):
+        out[f"rollouts/{shard.name}"] = _rows(shard)
+    for f in sorted((ws / "models").glob("*/model.safetensors")):
+        out[f"models/{f.parent.name}"] = _tensors(f)
+    for f in sorted((ws / "policies").glob("*/policy.safetensors")):
+        if f.parent.name != "direct":  # wall-clock budget: not reproducible
+            out[f"policies/{f.parent.name}"] = _tensors(f)
+    for f in sorted((ws / "metrics/eval").glob("*.json")):
+        if f.stem == "direct":
+            continue
+        ev = json.loads(f.read_text())
+        runs = [{k: r.get(k) for k in EVAL_KEYS} for cond in ev["conditions"].values() for r in cond["runs"]]
+        out[f"eval/{f.stem}"] = hashlib.sha256(json.dumps(runs, sort_keys=True).encode()).hexdigest()[:16]
+    return out
+
+
+if __name__ == "__main__":
+    d = digest(Path(sys.argv[1]))
+    print(json.dumps(d, indent=1))
+    if "--write" in sys.argv:
+        (HERE / "quick.json").write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")

@@ -1,6 +1,6 @@
 """The fast paths of the distilled environment against reference computations.
 
-Every speed-up in s3.rl.env, s3.rl.observations, s3.tracks.torch_track and the dynamics families
+Every speed-up in s3.rl.env, s3.task.layout, s3.tracks.torch_track and the dynamics families
 (chunked no-grad forwards, the hand-written GRU, the component-wise RK4, sliding history windows,
 window/extended gather tables, fmod-free wraps, index_select gathers) must give what the plain
 formulation gives: the references below are the straightforward code these paths replaced.
@@ -23,9 +23,10 @@ from s3.dynamics.dytr import DyTrModel
 from s3.dynamics.single_track import G, SingleTrack, _pacejka, coeff_bounds
 from s3.dynamics.transformer import INFERENCE_CHUNK as TR_CHUNK
 from s3.dynamics.transformer import TransformerModel, history_tokens
-from s3.rl.env import DistilledEnv, ObservationBuilder
-from s3.rl.observations import assemble, to_body
+from s3.rl.env import DistilledEnv
 from s3.rl.params import EnvParams
+from s3.task.layout import assemble, to_body
+from s3.task.observation import Observer
 from s3.tracks.generate import procedural_track
 from s3.tracks.torch_track import TrackBatch, gather_rows, remainder_near
 from s3.tracks.track import FrictionPatch
@@ -323,10 +324,10 @@ def reference_preview(env: DistilledEnv) -> tuple[torch.Tensor, torch.Tensor, to
     """The original preview: wrapped point indices, then (x, y) + t (vx, vy) and the widths."""
     tb, n = env.tracks, env.num_envs
     cnt = tb.count[env.track_idx][:, None]
-    idx = env.seg[:, None] + env._preview_offs[env.track_idx]
+    idx = env.frame.seg[:, None] + env.frame._preview_offs[env.track_idx]
     idx = torch.where(idx >= cnt, idx - cnt, idx)
     flat = (idx + (env.track_idx * tb.mmax)[:, None]).reshape(-1)
-    xy = tb.xy[flat] + env.seg_t[:, None].expand(-1, idx.shape[1]).reshape(-1, 1) * tb.seg[flat]
+    xy = tb.xy[flat] + env.frame.seg_t[:, None].expand(-1, idx.shape[1]).reshape(-1, 1) * tb.seg[flat]
     return xy.view(n, -1, 2), tb.w_left[flat].view(n, -1), tb.w_right[flat].view(n, -1)
 
 
@@ -352,16 +353,19 @@ def test_history_windows_preview_and_observation_match_the_plain_code(tracks) ->
             assert torch.equal(env.hist[:, :, :4], env.hs[:, -env.hist.shape[1] :])  # the same states (K = 6 > H + 1 = 5)
             if step % 15 == 0:
                 xy, wl, wr = reference_preview(env)
-                got_xy, got_w = env._preview()
+                got_xy, got_w = env.frame.preview()
                 assert torch.equal(got_xy, xy) and torch.equal(got_w[..., 0], wl) and torch.equal(got_w[..., 1], wr)
-                q = env._surface_d.numel()
+                q = env.frame._surface_d.numel()
                 mu_ahead = reference_friction(
-                    env.tracks, env.track_idx.repeat_interleave(q), (env.s[:, None] + env._surface_d).reshape(-1), env.track_feats[:, 0].repeat_interleave(q)
+                    env.tracks,
+                    env.track_idx.repeat_interleave(q),
+                    (env.frame.s[:, None] + env.frame._surface_d).reshape(-1),
+                    env.track_feats[:, 0].repeat_interleave(q),
                 ).view(-1, q)
-                surface = torch.cat([env.mu[:, None], mu_ahead], dim=1)
+                surface = torch.cat([env.frame.mu[:, None], mu_ahead], dim=1)
                 ref = reference_assemble(env.hist, env.track_feats, to_body(xy, env.pose), wl, wr, surface)
                 assert torch.equal(td["policy"], ref) and torch.equal(assemble(env.hist, env.track_feats, to_body(xy, env.pose), wl, wr, surface), ref)
-                assert torch.equal(env.mu, reference_friction(env.tracks, env.track_idx, env.s, env.track_feats[:, 0]))
+                assert torch.equal(env.frame.mu, reference_friction(env.tracks, env.track_idx, env.frame.s, env.track_feats[:, 0]))
         assert dones.any() or env.episode_count > 0
 
 
@@ -375,7 +379,7 @@ def test_projection_across_the_start_line_matches_trackbatch(tracks) -> None:
     s = tb.s_pts[ti * tb.mmax + torch.remainder(hint + ahead, cnt)] + 0.4
     d = torch.tensor([0.0, 1.0, -2.0, 3.0, -1.0, 0.5, 2.0, -3.0])
     x, y, h = tb.pose_at(ti, s, d)
-    ours = env._project(torch.stack([x, y], 1), ti, hint, h + 0.2)
+    ours = env.frame.project(torch.stack([x, y], 1), ti, hint, h + 0.2)
     ref = tb.project(torch.stack([x, y], 1), ti, hint=hint, window=w, yaw=h + 0.2)
     assert torch.equal(ours.segment, ref.segment)
     for name in ("s", "d", "heading", "heading_error", "w_left", "w_right"):
@@ -383,20 +387,19 @@ def test_projection_across_the_start_line_matches_trackbatch(tracks) -> None:
 
 
 def test_observation_builder_history_accepts_row_writes(tracks) -> None:
-    """source_env's observer writes builder.hist[ids] = ... directly: the window must take it."""
-    builder = ObservationBuilder(tracks, EnvParams(), num_cars=4)
-    pose = torch.zeros(4, 3)
-    x, y, h = builder.tracks.pose_at(torch.arange(3).repeat(2)[:4], torch.full((4,), 20.0))
+    """source_env writes observer.hist[...] directly (its inactive cars): the window must take it."""
+    builder = Observer.for_params(tracks, EnvParams(), num_cars=4)
+    x, y, h = builder.frame.tracks.pose_at(torch.arange(3).repeat(2)[:4], torch.full((4,), 20.0))
     pose = torch.stack([x, y, h], 1)
     state, cmd = torch.rand(4, 4), torch.rand(4, 3)
-    builder.start(torch.arange(3).repeat(2)[:4], pose, state, cmd)
+    builder.start(torch.arange(4), torch.arange(3).repeat(2)[:4], pose, state, cmd)
     with torch.inference_mode():
         row = torch.arange(7.0)
         builder.hist[torch.tensor([1, 3])] = row.expand(2, builder.hist.shape[1], -1)
         ref = builder.hist.clone()
         for k in range(70):  # past a compaction
             new_state, new_cmd = torch.full((4, 4), float(k)), torch.full((4, 3), -float(k))
-            obs = builder.observe(pose, new_state, new_cmd)
+            builder.observe(pose, new_state, new_cmd)
             ref = torch.cat([ref[:, 1:], torch.cat([new_state, new_cmd], 1)[:, None]], 1)
             assert torch.equal(builder.hist, ref)
-    assert torch.equal(obs[:, :7], torch.cat([new_state, new_cmd], 1))
+    assert torch.equal(builder.compute()[:, :7], torch.cat([new_state, new_cmd], 1))

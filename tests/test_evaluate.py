@@ -312,9 +312,9 @@ def test_policy_driver_drives_the_source_sim() -> None:
     """The env's observation-only pure-pursuit controller, through PolicyDriver, laps in MuJoCo."""
     from s3.evaluate.policy_driver import PolicyDriver
     from s3.rl.controllers import PurePursuit
-    from s3.rl.observations import obs_layout
     from s3.rl.params import EnvParams
     from s3.sim.factory import make_sim
+    from s3.task.layout import obs_layout
     from s3.tracks.generate import procedural_track
 
     sim = make_sim(Params().sim)

@@ -16,13 +16,15 @@ from pydantic import ValidationError
 from s3.dynamics.base import DynamicsModel
 from s3.dynamics.bicycle import BicycleModel, fit_bicycle
 from s3.dynamics.synthetic import generate_rollouts
-from s3.rl.actions import command_to_policy, policy_to_command
 from s3.rl.controllers import PurePursuit, straight_line
-from s3.rl.env import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT, DistilledEnv, ObservationBuilder
-from s3.rl.observations import obs_layout
+from s3.rl.env import DistilledEnv
 from s3.rl.params import EnvParams, TrackPoolParams, TrainParams
 from s3.rl.rollout import drive_lap, run_episodes
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, circuit_track, mirrored, start_grid
+from s3.task.actions import command_to_policy, policy_to_command
+from s3.task.layout import obs_layout
+from s3.task.observation import Observer
+from s3.task.rules import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT
 from s3.tracks.generate import procedural_track
 
 torch.set_num_threads(1)
@@ -135,7 +137,7 @@ def test_action_maps() -> None:
 
 def test_speed_sensitive_steering() -> None:
     """Full range up to steer_full_speed, then (v0 / v)^2: the same lateral acceleration at any speed."""
-    from s3.rl.actions import split_action, steer_range
+    from s3.task.actions import split_action, steer_range
 
     vx = torch.tensor([0.0, 6.0, 12.0, 24.0, -24.0, 48.0])
     assert torch.allclose(steer_range(vx, 12.0), torch.tensor([1.0, 1.0, 1.0, 0.25, 0.25, 0.0625]))
@@ -202,7 +204,7 @@ def test_projection_matches_trackbatch(bicycle, tracks) -> None:
     xy = torch.stack([x, y], 1)
     hint = torch.minimum((s * tb.count[ti] / tb.length[ti]).long() + torch.randint(-3, 4, (64,), generator=g), tb.count[ti] - 1).clamp(min=0)
     yaw = h + 0.3
-    ours = env._project(xy, ti, hint, yaw)
+    ours = env.frame.project(xy, ti, hint, yaw)
     ref = tb.project(xy, ti, hint=hint, window=env.params.projection_window, yaw=yaw)
     for name in ("s", "d", "heading", "heading_error", "w_left", "w_right"):
         assert torch.allclose(getattr(ours, name), getattr(ref, name), atol=1e-4), name
@@ -330,7 +332,7 @@ def test_replacing_some_tracks_restarts_only_their_cars(bicycle, tracks) -> None
     keep = ~restarted
     assert torch.equal(env.pose[keep], pose[keep]) and (env.episode_length_buf[keep] == length[keep]).all()
     assert (env.episode_length_buf[restarted] == 0).all()
-    assert torch.allclose(env.obs[keep], env._compute_obs()[keep])
+    assert torch.allclose(env.obs[keep], env.observer.compute()[keep])
     _, _, dones, _ = env.step(torch.tensor([[0.0, 0.3]] * 6))
     assert not dones[keep].any() and (env.progress[keep] > 3.0).all()
 
@@ -366,15 +368,15 @@ def test_observation_builder_reproduces_the_env_observation(bicycle, tracks) -> 
     env = DistilledEnv(bicycle, tracks, params, seed=0)
     env.auto_reset = False
     obs = env.reset_to(torch.arange(3), torch.tensor([5.0, 40.0, 80.0]), torch.tensor([0.5, -1.0, 0.0]), 0.05, 7.0)["policy"]
-    builder = ObservationBuilder(tracks, params, num_cars=3)
-    got = builder.start(torch.arange(3), env.pose, env.hs[:, -1], env.ha[:, -1])
-    assert torch.allclose(got, obs, atol=1e-4)
+    builder = Observer.for_params(tracks, params, num_cars=3)
+    builder.start(torch.arange(3), torch.arange(3), env.pose, env.hs[:, -1], env.ha[:, -1])
+    assert torch.equal(builder.compute(), obs)
     pp = PurePursuit(env.layout)
     for _ in range(25):
         obs = env.step(pp(obs))[0]["policy"]
-        got = builder.observe(env.pose, env.hs[:, -1], env.ha[:, -1])
-        assert torch.allclose(got, obs, atol=1e-4)
-    assert torch.allclose(builder.progress, env.progress, atol=1e-3) and builder.on_track().all()
+        builder.observe(env.pose, env.hs[:, -1], env.ha[:, -1])
+        assert torch.equal(builder.compute(), obs)
+    assert torch.equal(builder.frame.progress, env.progress) and not builder.frame.off_track(0.0).any()
 
 
 # ---------------------------------------------------------------------------- pools and params

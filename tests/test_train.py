@@ -11,13 +11,13 @@ import torch
 from tensordict import TensorDict
 
 from s3.dynamics.checkpoint import save_checkpoint
-from s3.rl.actions import policy_to_command
 from s3.rl.bench import bench_env
 from s3.rl.env import DistilledEnv
 from s3.rl.export import SCRIPT, WEIGHTS, as_callable, deployable, load_actor, load_exported, load_policy_fn, save_policy
 from s3.rl.params import EnvParams, PPOParams, TrainParams
 from s3.rl.ppo import make_runner, quiet
 from s3.rl.train import kept_index, train, train_policy
+from s3.task.actions import policy_to_command
 from s3.tracks.generate import procedural_track
 
 torch.set_num_threads(1)

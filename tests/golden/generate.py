@@ -131,20 +131,24 @@ def first_episode(d: dict[str, np.ndarray], car: int) -> slice:
 def builders(d: dict[str, np.ndarray], surface_label: bool) -> dict[str, np.ndarray]:
     """The other two builders fed the distilled cars' first-episode states; their observations."""
     from s3.evaluate.policy_driver import PolicyDriver
-    from s3.rl.env import ObservationBuilder
-    from s3.rl.observations import obs_layout
     from s3.sim.base import VehicleState
+    from s3.task.layout import obs_layout
+    from s3.task.observation import Observer
 
     tracks, params = fixed_tracks(), env_params(surface_label)
     out: dict[str, np.ndarray] = {}
     for car in BUILDER_CARS:
         rows = first_episode(d, car)
         track = int(d["track"][0, car])
-        pose, state, command = d["pose"][rows, car], d["state"][rows, car], d["command"][rows, car]
-        b = ObservationBuilder([tracks[track]], params, num_cars=1)
-        obs_b = [b.start([0], pose[0:1], state[0:1], command[0:1]).numpy()[0]]
+        pose, state, command = (torch.as_tensor(d[k][rows, car]) for k in ("pose", "state", "command"))
+        b = Observer.for_params([tracks[track]], params, 1)
+        zero = torch.zeros(1, dtype=torch.long)
+        b.start(zero, zero, pose[0:1], state[0:1], command[0:1])
+        obs_b = [b.compute().numpy()[0]]
         for k in range(1, len(pose)):
-            obs_b.append(b.observe(pose[k : k + 1], state[k : k + 1], command[k : k + 1]).numpy()[0])
+            b.observe(pose[k : k + 1], state[k : k + 1], command[k : k + 1])
+            obs_b.append(b.compute().numpy()[0])
+        pose, state, command = pose.numpy(), state.numpy(), command.numpy()
         drv = PolicyDriver(lambda: lambda o: o, obs_layout(params), 0.1, params.track_ds, params.projection_window)
         obs_d = []
         for k in range(len(pose)):

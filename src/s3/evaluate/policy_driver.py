@@ -1,7 +1,7 @@
 """A trained policy (or any obs -> action callable) as a source-simulator `Driver`.
 
 The observation is rebuilt from the source simulator's state exactly as the distilled
-environment builds it (s3.rl.env / s3.rl.observations): the same layout, the same history
+environment builds it (s3.rl.env / s3.task.layout): the same layout, the same history
 convention (each state beside the command that led into it, most recent first), the track
 features and the centerline preview taken on the track resampled at the env's `track_ds` with
 the same point-offset arithmetic, and the friction under / ahead of the car when the policy was
@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from s3.evaluate.drivers import DriverFactory, TrackState
-from s3.rl.observations import ObsLayout, assemble
 from s3.sim.base import Control, SourceSim, VehicleState
+from s3.task.layout import ObsLayout, assemble
 from s3.tracks.track import Track, wrap_angle
 
 Policy = Callable[[torch.Tensor], torch.Tensor]

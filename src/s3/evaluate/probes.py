@@ -80,7 +80,7 @@ def source_traces(sim: SourceSim, manoeuvres: tuple[Manoeuvre, ...] = MANOEUVRES
     for j, m in enumerate(manoeuvres):
         track = open_surface(m.mu)
         st = sim.reset(track, *_start(track), m.speed)
-        cmd = Control(m.steer, max(m.lon, 0.0), max(-m.lon, 0.0))  # = s3.rl.actions.policy_to_command (raw map)
+        cmd = Control(m.steer, max(m.lon, 0.0), max(-m.lon, 0.0))  # = s3.task.actions.policy_to_command (raw map)
         for k in range(steps + 1):
             out[k, j] = (st.x, st.y, st.yaw, st.vx, st.vy, st.yaw_rate)
             if k < steps:

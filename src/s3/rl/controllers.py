@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from s3.rl.observations import ObsLayout
+from s3.task.layout import ObsLayout
 
 
 class PurePursuit:

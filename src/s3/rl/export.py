@@ -10,7 +10,7 @@ The TorchScript module maps obs [B, D] (float32, the layout in policy.json) to t
     MLP:  cmd = policy(obs)
     GRU:  cmd, h = policy(obs, h)      with h = policy.initial_state(B) at the start of an episode
 It applies the running observation normaliser learned in training, takes the Gaussian's mean,
-clips it to [-1, 1]^2 and maps (steer, longitudinal) onto the command (s3.rl.actions, with the
+clips it to [-1, 1]^2 and maps (steer, longitudinal) onto the command (s3.task.actions, with the
 speed-sensitive steering the policy trained under, read from its observation's vx).
 """
 
@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from s3.io import atomic_path, write_json_atomic
-from s3.rl.actions import policy_to_command
+from s3.task.actions import policy_to_command
 
 WEIGHTS, SCRIPT, META = "policy.safetensors", "policy.ts", "policy.json"
 
@@ -70,7 +70,7 @@ class DeployedRecurrentPolicy(nn.Module):
 def deployable(actor: nn.Module, steer_full_speed: float = 0.0) -> nn.Module:
     """The deployable module for an rsl_rl actor (MLPModel or RNNModel with a GRU), in eval mode.
 
-    `steer_full_speed` is the env's (s3.rl.actions): a policy must be deployed with the map it trained under.
+    `steer_full_speed` is the env's (s3.task.actions): a policy must be deployed with the map it trained under.
     """
     dist = type(getattr(actor, "distribution", None)).__name__
     if dist != "GaussianDistribution":

@@ -47,7 +47,7 @@ class EnvParams(_Section):
     surface_label: bool = Field(False, description="observe the friction under and ahead of the car")
     surface_ahead: list[float] = Field(default_factory=lambda: [5.0, 10.0, 20.0, 35.0, 50.0], description="metres ahead for the friction preview")
     steer_full_speed: float = Field(
-        0.0, ge=0.0, le=100.0, description="speed-sensitive steering: above this (m/s) the steering range shrinks as 1/v^2 (s3.rl.actions); 0 = off"
+        0.0, ge=0.0, le=100.0, description="speed-sensitive steering: above this (m/s) the steering range shrinks as 1/v^2 (s3.task.actions); 0 = off"
     )
     off_track_margin: float = Field(0.0, ge=-5.0, le=10.0, description="metres beyond the road edge still counted on track (car centre)")
     backwards_heading: float = Field(1.75, gt=0.5, le=3.15, description="|heading error| (rad) that ends an episode as 'backwards'")

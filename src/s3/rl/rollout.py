@@ -27,8 +27,9 @@ import torch
 from torch import Tensor
 
 from s3.dynamics.base import DynamicsModel
-from s3.rl.env import REASONS, TIME_OUT, DistilledEnv
+from s3.rl.env import DistilledEnv
 from s3.rl.params import EnvParams
+from s3.task.rules import REASONS, TIME_OUT
 from s3.tracks.track import Track
 
 Policy = Callable[[Tensor], Tensor]
@@ -189,8 +190,8 @@ def _frame(env: DistilledEnv, t: float) -> dict[str, Tensor]:
         "steering_cmd": cmd[:, 0].clone(),
         "throttle_cmd": cmd[:, 1].clone(),
         "brake_cmd": cmd[:, 2].clone(),
-        "mu": env.mu.clone(),
-        "s": env.s.clone(),
+        "mu": env.frame.mu.clone(),
+        "s": env.frame.s.clone(),
         "d": env.track_feats[:, 0].clone(),
         "progress": env.progress.clone(),
     }

@@ -1,19 +1,17 @@
 """The source simulator as an rsl_rl `VecEnv`: N cars stepped in W worker processes.
 
-`SourceVecEnv` is the environment of the `direct` baseline (s3.rl.direct). It mirrors
-`DistilledEnv` so that the two trainings differ only in the simulator:
-- the observation is built by `ObservationBuilder` (the code the distilled env and the evaluation
-  use) from the poses, states and commands the source simulator reports;
-- reward, terminations (off track, backwards, stalled), time-out (reported in
-  extras["time_outs"], not a failure), the start distribution (random pool track, arc length,
-  lateral offset, heading, speed from EnvParams) and auto-reset are DistilledEnv's.
+`SourceVecEnv` is the environment of the `direct` baseline (s3.rl.direct). The task is the
+distilled env's, from the same code (s3.task), so that the two trainings differ only in the
+simulator: the observation (`Observer`, fed the poses, states and commands the source simulator
+reports), reward and terminations (`Rules` with the env params' training thresholds), the start
+distribution (`sample_starts`) and auto-reset.
 Differences, all forced by the source simulator:
 - a simulator failure (SimulatorError, non-finite or absurd state) takes the place of an invalid
   model output: the car keeps its last state, gets zero reward, ends as "model_invalid" and is
   counted in `sim_errors`;
-- the history window at a reset holds the start state beside the command (0, 0, 0), the
-  convention of `PolicyDriver` (which evaluates every policy in the source simulator), because
-  the source simulator has no cheap "hold this speed" throttle table.
+- the observation history at a reset holds the start state beside the command (0, 0, 0), as in
+  every source-simulator client (s3.task.observation), because the source simulator has no
+  cheap "hold this speed" throttle table.
 
 Processes. Each worker owns N/W simulator instances (`make_sim`), a copy of the track pool and a
 friction raster per track (rasterised on first use, ~0.15 s and 5-15 MB each), so keep the pool
@@ -39,10 +37,12 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from s3.rl import SOURCE_WORKER_PRELOAD
-from s3.rl.actions import split_action
-from s3.rl.env import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT, ObservationBuilder
 from s3.rl.params import EnvParams
 from s3.sim.base import Control, SimulatorError
+from s3.task.actions import split_action
+from s3.task.observation import Observer
+from s3.task.rules import TERMS, EndRules, Rules
+from s3.task.starts import Starts, sample_starts, start_pose
 from s3.tracks.track import Track
 from s3.workers import forkserver_context
 from s3.workers import prestart as start_forkserver
@@ -226,31 +226,6 @@ class _Workers:
         self.procs, self.conns = [], []
 
 
-class _Observer(ObservationBuilder):
-    """ObservationBuilder that can start a subset of its cars (auto-reset)."""
-
-    @torch.inference_mode()
-    def start_idx(self, ids: Tensor, track: Tensor, pose: Tensor, state: Tensor, command: Tensor) -> None:
-        """Start cars `ids` on `track` at `pose` [M, 3] with `state` [M, 4] and `command` [M, 3]."""
-        full = self.tracks.project(pose[:, :2], track, yaw=pose[:, 2])  # exact, no hint
-        proj = self._project(pose[:, :2], track, full.segment, pose[:, 2])
-        self.track_idx[ids] = track
-        self.pose[ids] = pose
-        self.seg[ids], self.seg_t[ids], self.s[ids] = proj.segment, proj.t, proj.s
-        self.mu[ids] = self.tracks.friction_from_projection(track, proj)
-        self.track_feats[ids] = torch.stack([proj.d, proj.heading_error, proj.w_left, proj.w_right], dim=1)
-        self.progress[ids] = 0.0
-        self.hist[ids] = torch.cat([state, command], dim=1)[:, None].expand(-1, self.layout.history + 1, -1)
-
-    @torch.inference_mode()
-    def set_pool(self, tracks: Sequence[Track]) -> None:
-        self._load_tracks(tracks)
-
-    @torch.inference_mode()
-    def compute(self) -> Tensor:
-        return self._compute_obs()
-
-
 class SourceVecEnv(VecEnv):
     """rsl_rl VecEnv over N source-simulator cars in worker processes (see the module docstring)."""
 
@@ -275,17 +250,27 @@ class SourceVecEnv(VecEnv):
         self.num_envs = int(num_envs)
         self.dt = float(sim.control_dt)
         self.max_episode_length = max(1, int(round(params.episode_seconds / self.dt)))
-        self._stall_limit = max(1, int(round(params.stall_seconds / self.dt)))
         self.auto_reset = auto_reset
         self.cfg: dict[str, Any] = {"env": params.model_dump(mode="json"), "family": "direct", "dt": self.dt, "sim": sim.backend}
         self.generator = torch.Generator()
         self.generator.manual_seed(int(seed))
-        self.observer = _Observer(list(tracks), params, num_cars=self.num_envs)
+        n = self.num_envs
+        with torch.inference_mode():
+            self.observer = Observer.for_params(list(tracks), params, n)
+            self.rules = Rules(n, self.dt, EndRules.training(params), params.reward, self.max_episode_length)
+            self.action_prev = torch.zeros(n, 2)
+            self.reason = torch.zeros(n, dtype=torch.long)
+            self.ep_return = torch.zeros(n)
+        self.frame = self.observer.frame
         self.layout = self.observer.layout
         self.num_obs = self.layout.dim
-        self._allocate()
-        w = resolve_workers(workers, self.num_envs)
-        counts = [len(c) for c in np.array_split(np.arange(self.num_envs), w)]
+        self.obs = torch.zeros(n, self.num_obs)
+        self.sim_errors = 0
+        self.car_steps = 0
+        self.episode_count = 0
+        self._stats = _Stats()
+        w = resolve_workers(workers, n)
+        counts = [len(c) for c in np.array_split(np.arange(n), w)]
         self.workers = _Workers(sim, tracks, counts, timeout_s, aids)
         try:
             self.reset()
@@ -293,19 +278,14 @@ class SourceVecEnv(VecEnv):
             self.close()
             raise
 
-    def _allocate(self) -> None:
-        n = self.num_envs
-        with torch.inference_mode():
-            self.episode_length_buf = torch.zeros(n, dtype=torch.long)
-            self.stall_ref, self.stall_steps = torch.zeros(n), torch.zeros(n, dtype=torch.long)
-            self.action_prev = torch.zeros(n, 2)
-            self.reason = torch.zeros(n, dtype=torch.long)
-            self.ep_return = torch.zeros(n)
-            self.obs = torch.zeros(n, self.num_obs)
-        self.sim_errors = 0
-        self.car_steps = 0
-        self.episode_count = 0
-        self._stats = _Stats()
+    @property
+    def episode_length_buf(self) -> Tensor:
+        """Steps into the episode [N] (rsl_rl reads and may randomise it)."""
+        return self.rules.steps
+
+    @episode_length_buf.setter
+    def episode_length_buf(self, value: Tensor) -> None:
+        self.rules.steps = value
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -333,7 +313,7 @@ class SourceVecEnv(VecEnv):
     @torch.inference_mode()
     def reset(self) -> TensorDict:
         """Every car to a random start (DistilledEnv's distribution); returns the observations."""
-        self._restart(torch.arange(self.num_envs), *self._sample_starts(self.num_envs))
+        self._restart(torch.arange(self.num_envs), sample_starts(self.frame.tracks, self.num_envs, self.params, self.generator))
         self.obs = self.observer.compute()
         return self.get_observations()
 
@@ -343,8 +323,7 @@ class SourceVecEnv(VecEnv):
         n = self.num_envs
         full = lambda x: torch.as_tensor(x, dtype=torch.float32).expand(n).clone()
         track = torch.as_tensor(track_idx, dtype=torch.long).expand(n).clone()
-        x, y, h = self.observer.tracks.pose_at(track, full(s), full(d))
-        self._restart(torch.arange(n), track, torch.stack([x, y, h + full(heading_offset), full(speed)], dim=1))
+        self._restart(torch.arange(n), Starts(track, full(s), full(d), full(heading_offset), full(speed)))
         self.obs = self.observer.compute()
         return self.get_observations()
 
@@ -352,15 +331,15 @@ class SourceVecEnv(VecEnv):
     def set_tracks(self, tracks: Sequence[Track], changed: Sequence[int] | None = None) -> Tensor:
         """New pool (same count when `changed` lists the replaced indices); returns the cars restarted."""
         tracks = list(tracks)
-        old = len(self.observer.tracks)
-        self.observer.set_pool(tracks)
+        old = len(self.frame.tracks)
+        tb = self.frame.load(tracks)
         every = changed is None or len(tracks) != old
         changed = range(len(tracks)) if every else list(changed)
         self.workers.call({w: ("set_tracks", ({k: tracks[k] for k in changed},)) for w in range(len(self.workers))})
-        mask = torch.ones(self.num_envs, dtype=torch.bool) if every else torch.isin(self.observer.track_idx, torch.as_tensor(list(changed), dtype=torch.long))
+        mask = torch.ones(self.num_envs, dtype=torch.bool) if every else torch.isin(self.frame.track_idx, torch.as_tensor(list(changed), dtype=torch.long))
         ids = mask.nonzero(as_tuple=False).squeeze(1)
         if ids.numel():
-            self._restart(ids, *self._sample_starts(ids.numel()))
+            self._restart(ids, sample_starts(tb, ids.numel(), self.params, self.generator))
         self.obs = self.observer.compute()
         return mask
 
@@ -370,67 +349,49 @@ class SourceVecEnv(VecEnv):
         pol, cmd = split_action(actions.detach().to("cpu", torch.float32), self.obs[:, 0], self.params.steer_full_speed)
         act = torch.ones(self.num_envs, dtype=torch.bool) if active is None else active.to("cpu", torch.bool)
         state, ds, invalid = self._advance(cmd, act)
-        reward, off, backwards, stalled, time_out = self._judge(pol, ds, invalid, act)
-        self.reason = _reasons(off, backwards, invalid, stalled, time_out)
-        dones = off | backwards | invalid | stalled | time_out
-        self.ep_return += reward
+        out = self.rules.judge(self.frame, ds, pol, self.action_prev, invalid, act)
+        self.action_prev = torch.where(act[:, None], pol, self.action_prev)
+        self.reason, dones = out.reason, out.done
+        self.ep_return += out.reward
         self.sim_errors += int(invalid.sum())
         self.car_steps += int(act.sum())
         self.episode_count += int(dones.sum())
-        progress = self.observer.progress
+        progress = self.frame.progress
         self._stats.add(state[:, 0], act, dones, self.ep_return, self.episode_length_buf, progress)
         log = {
             "Env/model_invalid": invalid.float().sum(),
-            "Env/off_track_rate": off.float().mean(),
+            "Env/off_track_rate": out.off.float().mean(),
             "Env/speed": state[act, 0].mean() if act.any() else torch.zeros(()),
             "Env/progress_per_step": ds.mean(),
+            **{f"reward/{k}": out.terms[k].mean() for k in TERMS},
         }
-        extras: dict[str, Any] = {"time_outs": time_out, "log": log, "reason": self.reason, "progress": progress.clone()}
+        extras: dict[str, Any] = {"time_outs": out.time_out, "log": log, "reason": out.reason, "progress": progress.clone()}
         if self.auto_reset:
             ids = dones.nonzero(as_tuple=False).squeeze(1)
             if ids.numel():
                 log["Env/episode_progress_m"] = progress[ids].mean()
-                self._restart(ids, *self._sample_starts(ids.numel()))
+                self._restart(ids, sample_starts(self.frame.tracks, ids.numel(), self.params, self.generator))
         self.obs = self.observer.compute()
-        return self.get_observations(), reward, dones, extras
+        return self.get_observations(), out.reward, dones, extras
 
     def _advance(self, cmd: Tensor, act: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Simulate the active cars and feed the observer: (state [N, 4], progress ds [N], invalid [N]).
 
         A failed or absurd simulator state is never propagated (the car keeps its last one, as
-        DistilledEnv does with an invalid model output); inactive cars stand still.
+        DistilledEnv does with an invalid model output); inactive cars stand still and keep their
+        observation history.
         """
         p, ob = self.params, self.observer
-        prev_pose, prev_state, hist0, progress0 = ob.pose.clone(), ob.hist[:, -1, :4].clone(), ob.hist.clone(), ob.progress.clone()
+        prev_pose, prev_state, hist0 = self.frame.pose.clone(), ob.hist[:, -1, :4].clone(), ob.hist.clone()
         states, failed = self._simulate(cmd, act)
         absurd = (torch.hypot(states[:, 3], states[:, 4]) > p.max_speed) | (states[:, 5].abs() > p.max_yaw_rate)
         invalid = act & (failed | ~torch.isfinite(states).all(dim=1) | absurd)
         keep = invalid | ~act
         pose = torch.where(keep[:, None], prev_pose, states[:, :3])
         state = torch.where(keep[:, None], prev_state, states[:, 3:])
-        ob.observe(pose, state, cmd)
-        ob.hist.copy_(torch.where(act[:, None, None], ob.hist, hist0))  # inactive cars keep their window (a view: write in place)
-        ds = torch.where(keep, torch.zeros_like(progress0), ob.progress - progress0)
-        ob.progress = progress0 + ds
+        ds = ob.observe(pose, state, cmd, frozen=keep)
+        ob.hist.copy_(torch.where(act[:, None, None], ob.hist, hist0))  # a view: write in place
         return state, ds, invalid
-
-    def _judge(self, pol: Tensor, ds: Tensor, invalid: Tensor, act: Tensor) -> tuple[Tensor, ...]:
-        """DistilledEnv's reward and terminations: (reward, off, backwards, stalled, time_out) [N]."""
-        p, rp, ob = self.params, self.params.reward, self.observer
-        d, he, wl, wr = ob.track_feats.unbind(dim=1)
-        off = act & torch.where(d >= 0, d > wl + p.off_track_margin, -d > wr + p.off_track_margin)
-        backwards = act & ((he.abs() > p.backwards_heading) | (ob.progress < -p.backwards_distance))
-        moved = ob.progress - self.stall_ref >= p.stall_distance
-        self.stall_ref = torch.where(moved, ob.progress, self.stall_ref)
-        self.stall_steps = torch.where(moved, torch.zeros_like(self.stall_steps), self.stall_steps + act.long())
-        stalled = act & (self.stall_steps >= self._stall_limit) & ~(off | backwards | invalid)
-        self.episode_length_buf += act.long()
-        time_out = act & (self.episode_length_buf >= self.max_episode_length) & ~(off | backwards | invalid | stalled)
-        reward = rp.progress * ds - rp.action_rate * (pol - self.action_prev).square().sum(dim=1)
-        reward = reward - rp.off_track * off.float() - rp.backwards * (backwards & ~off).float() - rp.stall * stalled.float()
-        reward = torch.where(invalid | ~act, torch.zeros_like(reward), reward)
-        self.action_prev = torch.where(act[:, None], pol, self.action_prev)
-        return reward, off, backwards, stalled, time_out
 
     # ------------------------------------------------------------------ internals
     def _simulate(self, cmd: Tensor, active: Tensor) -> tuple[Tensor, Tensor]:
@@ -441,57 +402,34 @@ class SourceVecEnv(VecEnv):
         failed = np.concatenate([out[w][1] for w in range(len(self.workers))])
         return torch.from_numpy(states).float(), torch.from_numpy(failed)
 
-    def _sample_starts(self, n: int) -> tuple[Tensor, Tensor]:
-        """DistilledEnv's start distribution: (track [n], (x, y, yaw, speed) [n, 4])."""
-        p, tb, g = self.params, self.observer.tracks, self.generator
-        rand = lambda: torch.rand(n, generator=g)
-        track = torch.randint(0, len(tb), (n,), generator=g)
-        s0 = rand() * tb.length[track]
-        wl, wr = tb.width_at(track, s0)
-        side = 2.0 * rand() - 1.0
-        d0 = p.init_lateral * torch.where(side >= 0, side * wl, side * wr)
-        heading = (2.0 * rand() - 1.0) * p.init_heading
-        speed = p.init_speed_min + (p.init_speed_max - p.init_speed_min) * rand()
-        x, y, h = tb.pose_at(track, s0, d0)
-        return track, torch.stack([x, y, h + heading, speed], dim=1)
-
-    def _restart(self, ids: Tensor, track: Tensor, start: Tensor) -> None:
-        """Reset cars `ids` in their workers and start their episodes (history: start state, command 0)."""
-        ids_np, track_np, start_np = ids.numpy(), track.numpy(), start.double().numpy()
+    def _restart(self, ids: Tensor, st: Starts) -> None:
+        """Reset cars `ids` at starts `st` in their workers and start their episodes (history:
+        the state the simulator reports, beside the command (0, 0, 0))."""
+        pose, _ = start_pose(self.frame.tracks, st)
+        start = torch.cat([pose, st.speed[:, None]], dim=1)
+        ids_np, track_np, start_np = ids.numpy(), st.track.numpy(), start.double().numpy()
         owner, b = self.workers.owner(ids_np), self.workers.bounds
         sel = {int(w): owner == w for w in np.unique(owner)}
         out = self.workers.call({w: ("reset", (ids_np[m] - b[w], track_np[m], start_np[m])) for w, m in sel.items()})
         states = np.zeros((len(ids_np), len(STATE_COLUMNS)))
         for w, m in sel.items():
             states[m] = out[w]
-        st = torch.from_numpy(states).float()
-        self.observer.start_idx(ids, track, st[:, :3], st[:, 3:], torch.zeros(len(ids_np), 3))
-        self.episode_length_buf[ids] = 0
-        self.stall_ref[ids] = 0.0
-        self.stall_steps[ids] = 0
+        sim_state = torch.from_numpy(states).float()
+        self.observer.start(ids, st.track, sim_state[:, :3], sim_state[:, 3:], torch.zeros(len(ids_np), 3))
+        self.rules.restart(ids)
         self.action_prev[ids] = 0.0
         self.ep_return[ids] = 0.0
 
     # ------------------------------------------------------------------ reporting
     def track_length(self) -> Tensor:
         """Lap length [N] of each car's current track (as resampled for the observation)."""
-        return self.observer.tracks.length[self.observer.track_idx]
+        return self.frame.length()
 
     def pop_stats(self) -> dict[str, float | int | None]:
         """Episodes finished and mean speed since the last call (the direct learning curve)."""
         out = self._stats.summary()
         self._stats = _Stats()
         return out
-
-
-def _reasons(off: Tensor, backwards: Tensor, invalid: Tensor, stalled: Tensor, time_out: Tensor) -> Tensor:
-    """DistilledEnv's reason codes (later rules win, as there)."""
-    reason = torch.zeros(off.shape, dtype=torch.long)
-    reason = torch.where(time_out, TIME_OUT, reason)
-    reason = torch.where(stalled, STALLED, reason)
-    reason = torch.where(backwards, BACKWARDS, reason)
-    reason = torch.where(off, OFF_TRACK, reason)
-    return torch.where(invalid, MODEL_INVALID, reason)
 
 
 class _Stats:

@@ -1,0 +1,126 @@
+"""Reward and the end of an episode, for N cars at once: one definition for every simulator.
+
+    rules = Rules(num_cars, dt, EndRules.training(env_params), env_params.reward, max_steps)
+    rules.restart(ids)                                      # cars `ids` begin an episode
+    out = rules.judge(frame, ds, action, action_prev, invalid, active=None)
+
+Reward per control step, as named terms (each logged as `reward/<term>`; their sum is the reward):
+    progress     +w * ds                       ds = signed arc-length change along the centerline [m]
+    action_rate  -w * |a[t] - a[t-1]|^2        a = the policy action (steer, longitudinal)
+    off_track    -w * [off track]
+    backwards    -w * [backwards and not off track]
+    stall        -w * [stalled]
+A car whose step was invalid (a rejected model output, a failed simulator step) or that was not
+simulated (`active` False) gets 0.
+
+Ends (reason codes REASONS; when several hold, the later one in this list wins):
+    time_out       the episode reached max_steps (rsl_rl bootstraps it: not a failure)
+    stalled        less than stall_distance metres of progress in the last stall_seconds
+    backwards      net progress below -backwards_distance, or |heading error| > backwards_heading
+    off_track      the car centre more than off_track_margin metres beyond the road edge
+    model_invalid  the step was invalid (the car kept its previous state)
+Which thresholds apply is an `EndRules`: training uses the env params' (stricter: a car that
+leaves the road or parks is of no use to PPO), judging a run uses `EndRules.judging` everywhere
+a run is scored (in the source simulator and inside a distilled model alike).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from s3.rl.params import EnvParams, RewardParams
+from s3.task.frame import TrackFrame
+
+REASONS = ("running", "off_track", "backwards", "model_invalid", "stalled", "time_out")
+RUNNING, OFF_TRACK, BACKWARDS, MODEL_INVALID, STALLED, TIME_OUT = range(6)
+TERMS = ("progress", "action_rate", "off_track", "backwards", "stall")
+
+
+@dataclass(frozen=True)
+class EndRules:
+    """The thresholds that end an episode (see the module docstring); SI units."""
+
+    off_track_margin: float
+    backwards_distance: float
+    backwards_heading: float | None  # rad; None: heading is not a rule
+    stall_seconds: float
+    stall_distance: float
+
+    @classmethod
+    def training(cls, params: EnvParams) -> EndRules:
+        """The distilled env's training terminations."""
+        return cls(params.off_track_margin, params.backwards_distance, params.backwards_heading, params.stall_seconds, params.stall_distance)
+
+
+class Outcome(NamedTuple):
+    """One step's judgement [N] each; `terms` holds the reward's named parts [N]."""
+
+    reward: Tensor
+    terms: dict[str, Tensor]
+    reason: Tensor
+    done: Tensor
+    time_out: Tensor
+    off: Tensor
+
+
+class Rules:
+    """Reward and ends for N cars (see the module docstring); keeps the stall clock and step count."""
+
+    def __init__(self, num_cars: int, dt: float, ends: EndRules, reward: RewardParams, max_steps: int, device: torch.device | str = "cpu") -> None:
+        self.ends, self.weights, self.max_steps = ends, reward, int(max_steps)
+        self.stall_limit = max(1, int(round(ends.stall_seconds / dt)))
+        with torch.inference_mode():
+            self.steps = torch.zeros(num_cars, dtype=torch.long, device=device)
+            self.stall_ref = torch.zeros(num_cars, device=device)  # progress when the stall clock last restarted
+            self.stall_steps = torch.zeros(num_cars, dtype=torch.long, device=device)
+
+    @torch.inference_mode()
+    def restart(self, ids: Tensor) -> None:
+        self.steps[ids] = 0
+        self.stall_ref[ids] = 0.0
+        self.stall_steps[ids] = 0
+
+    @torch.inference_mode()
+    def judge(self, frame: TrackFrame, ds: Tensor, action: Tensor, action_prev: Tensor, invalid: Tensor, active: Tensor | None = None) -> Outcome:
+        """Judge the step that moved every car by ds [N] along its track (frame already advanced)."""
+        e, w = self.ends, self.weights
+        progress = frame.progress
+        off = frame.off_track(e.off_track_margin)
+        backwards = progress < -e.backwards_distance
+        if e.backwards_heading is not None:
+            backwards = (frame.feats[:, 1].abs() > e.backwards_heading) | backwards
+        moved = progress - self.stall_ref >= e.stall_distance
+        self.stall_ref = torch.where(moved, progress, self.stall_ref)
+        if active is None:
+            self.stall_steps = (self.stall_steps + 1).masked_fill_(moved, 0)
+            self.steps += 1
+        else:
+            off, backwards = active & off, active & backwards
+            self.stall_steps = torch.where(moved, torch.zeros_like(self.stall_steps), self.stall_steps + active.long())
+            self.steps += active.long()
+        failed = off | backwards | invalid
+        stalled = (self.stall_steps >= self.stall_limit) & ~failed
+        time_out = (self.steps >= self.max_steps) & ~(failed | stalled)
+        if active is not None:
+            stalled, time_out = active & stalled, active & time_out
+        terms = {
+            "progress": w.progress * ds,
+            "action_rate": -(w.action_rate * (action - action_prev).square().sum(dim=1)),
+            "off_track": -(w.off_track * off.float()),
+            "backwards": -(w.backwards * (backwards & ~off).float()),
+            "stall": -(w.stall * stalled.float()),
+        }
+        void = invalid if active is None else invalid | ~active
+        reward = terms["progress"]
+        for name in TERMS[1:]:
+            reward = reward + terms[name]
+        reward = reward.masked_fill(void, 0.0)
+        terms = {k: v.masked_fill(void, 0.0) for k, v in terms.items()}
+        reason = time_out.long() * TIME_OUT
+        reason = reason.masked_fill_(stalled, STALLED).masked_fill_(backwards, BACKWARDS)
+        reason = reason.masked_fill_(off, OFF_TRACK).masked_fill_(invalid, MODEL_INVALID)
+        return Outcome(reward, terms, reason, failed | stalled | time_out, time_out, off)

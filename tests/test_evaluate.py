@@ -265,49 +265,6 @@ def test_source_runs_are_deterministic() -> None:
 
 
 # ---------------------------------------------------------------------- policies in the source simulator
-def test_policy_driver_rebuilds_the_distilled_env_observation() -> None:
-    """Same pose, state and commands: the source-side observation equals the env's (oracle layout)."""
-    import torch
-
-    from s3.dynamics.bicycle import BicycleModel, fit_bicycle
-    from s3.dynamics.synthetic import generate_rollouts
-    from s3.evaluate.policy_driver import PolicyDriver
-    from s3.rl.env import DistilledEnv
-    from s3.rl.params import EnvParams
-    from s3.tracks.generate import ProceduralTrackParams, procedural_track
-
-    df = generate_rollouts(n_episodes=4, episode_steps=100, seed=1).sort_values(["episode", "step"])
-    s = df[["vx", "vy", "yaw_rate", "steer"]].to_numpy(np.float32)
-    a = df[["steering_cmd", "throttle_cmd", "brake_cmd"]].to_numpy(np.float32)
-    same = df["episode"].to_numpy()[1:] == df["episode"].to_numpy()[:-1]
-    model = BicycleModel(history=5, dt=0.1, use_mu=False, fit=fit_bicycle(s[:-1][same], a[:-1][same], s[1:][same], 0.1))
-    track = procedural_track(7, ProceduralTrackParams(patch_probability=1.0, patches_min=3, patches_max=5))
-    ep = EnvParams(num_envs=1, surface_label=True)
-    env = DistilledEnv(model, [track], ep, device="cpu", seed=0, auto_reset=False)
-    obs = env.reset_to(torch.tensor([0]), torch.tensor([track.patches[0].s_start - 20.0]), 0.7, 0.05, 8.0)["policy"][0].numpy()
-    action = torch.tensor([[0.1, 0.3]])
-    drv = PolicyDriver(lambda: (lambda o: action), env.layout, 0.1, ep.track_ds,
-                       hold_throttle=lambda v: float(env.hold_throttle(torch.tensor([v]))[0]))  # fmt: skip
-
-    def state() -> VehicleState:
-        x, y, yaw = env.pose[0].tolist()
-        return VehicleState(0.0, x, y, yaw, *env.hs[0, -1].tolist())
-
-    drv.reset(track, state())
-    where = TrackState(0.0, 0.0, 0.0, 0.0, 5.0, 5.0, 0, 0.0)
-    cmd = drv.act(state(), where)
-    assert (cmd.steering, cmd.throttle, cmd.brake) == pytest.approx((0.1, 0.3, 0.0))
-    np.testing.assert_allclose(drv._last_obs, obs, atol=1e-4)
-    surf = env.layout.groups["surface"]
-    seen_ice = False
-    for _ in range(25):
-        obs = env.step(action)[0]["policy"][0].numpy()
-        drv.act(state(), where)
-        np.testing.assert_allclose(drv._last_obs, obs, atol=1e-4)
-        seen_ice |= bool((obs[surf] < 0.5).any())
-    assert seen_ice  # the friction preview was exercised
-
-
 def test_policy_driver_drives_the_source_sim() -> None:
     """The env's observation-only pure-pursuit controller, through PolicyDriver, laps in MuJoCo."""
     from s3.evaluate.policy_driver import PolicyDriver
@@ -319,7 +276,7 @@ def test_policy_driver_drives_the_source_sim() -> None:
 
     sim = make_sim(Params().sim)
     layout = obs_layout(EnvParams())
-    drv = PolicyDriver(lambda: PurePursuit(layout, wheelbase=sim.wheelbase, max_steer=sim.max_steer), layout, sim.control_dt)
+    drv = PolicyDriver(lambda: PurePursuit(layout, wheelbase=sim.wheelbase, max_steer=sim.max_steer), EnvParams())
     track = procedural_track(1002).without_patches()
     r = run_lap(sim, track, drv, start_s=0.0, start_speed=5.0, max_seconds=150.0)
     assert r.completed, (r.reason, r.progress)

@@ -132,7 +132,6 @@ def builders(d: dict[str, np.ndarray], surface_label: bool) -> dict[str, np.ndar
     """The other two builders fed the distilled cars' first-episode states; their observations."""
     from s3.evaluate.policy_driver import PolicyDriver
     from s3.sim.base import VehicleState
-    from s3.task.layout import obs_layout
     from s3.task.observation import Observer
 
     tracks, params = fixed_tracks(), env_params(surface_label)
@@ -149,7 +148,7 @@ def builders(d: dict[str, np.ndarray], surface_label: bool) -> dict[str, np.ndar
             b.observe(pose[k : k + 1], state[k : k + 1], command[k : k + 1])
             obs_b.append(b.compute().numpy()[0])
         pose, state, command = pose.numpy(), state.numpy(), command.numpy()
-        drv = PolicyDriver(lambda: lambda o: o, obs_layout(params), 0.1, params.track_ds, params.projection_window)
+        drv = PolicyDriver(lambda: lambda o: o, params)
         obs_d = []
         for k in range(len(pose)):
             vs = VehicleState(time=0.1 * k, x=float(pose[k, 0]), y=float(pose[k, 1]), yaw=float(pose[k, 2]), vx=float(state[k, 0]),
@@ -157,7 +156,7 @@ def builders(d: dict[str, np.ndarray], surface_label: bool) -> dict[str, np.ndar
             if k == 0:
                 drv.reset(tracks[track], vs)
             else:
-                drv._last_cmd = command[k].astype(np.float32)  # the command that led into state k
+                drv._last_cmd = torch.as_tensor(command[k : k + 1])  # the command that led into state k
             obs_d.append(drv.observation(vs))
         out[f"builder_{car}"] = np.stack(obs_b)
         out[f"driver_{car}"] = np.stack(obs_d)

@@ -1,0 +1,148 @@
+"""The driving task is one: the distilled env, the source env and the policy driver agree exactly.
+
+The same cars (poses and states from a distilled env run) go through the three consumers of
+s3.task: the distilled env itself, the source env (its simulator workers replaced by a replay of
+those states) and one policy driver per car. Observations, rewards and reasons must be identical.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from s3.config import SimParams
+from s3.evaluate.drivers import TrackState
+from s3.evaluate.policy_driver import PolicyDriver
+from s3.rl import source_env
+from s3.rl.controllers import PurePursuit
+from s3.rl.env import DistilledEnv
+from s3.rl.params import EnvParams
+from s3.sim.base import VehicleState
+from s3.task.rules import BACKWARDS, OFF_TRACK, STALLED, TIME_OUT, EndRules, Rules
+
+N, STEPS = 8, 90
+
+
+class ReplayWorkers:
+    """Stands in for source_env._Workers: answers every request with recorded states [T, N, 7]."""
+
+    def __init__(self, frames: np.ndarray) -> None:
+        self.frames, self.k = frames, 0
+        self.bounds = np.array([0, frames.shape[1]])
+
+    def __len__(self) -> int:
+        return 1
+
+    def owner(self, ids: np.ndarray) -> np.ndarray:
+        return np.zeros(len(ids), dtype=np.int64)
+
+    def call(self, requests: dict) -> dict:
+        method, args = requests[0]
+        if method == "reset":
+            self.k = 0
+            return {0: self.frames[0][args[0]]}
+        if method == "step":
+            self.k += 1
+            return {0: (self.frames[self.k].copy(), np.zeros(self.frames.shape[1], dtype=bool))}
+        raise AssertionError(method)
+
+    def close(self) -> None:
+        pass
+
+
+def _actions(env: DistilledEnv) -> list[torch.Tensor]:
+    """Pure pursuit with perturbations (some cars leave the road, brake to a stop, turn round)."""
+    pp, out = PurePursuit(env.layout, max_speed=18.0), []
+    bias = torch.tensor([0.0, 0.6, 0.0, -1.0, 0.0, 0.2, 0.0, 1.0])
+    lon = torch.tensor([0.0, 0.0, -2.0, -0.5, 0.0, 0.0, 0.3, -0.5])
+    obs = env.get_observations()["policy"]
+    for k in range(STEPS):
+        a = pp(obs)
+        a[:, 0] += bias if k > 10 else 0.0
+        a[:, 1] += lon
+        out.append(a)
+        obs = env.step(a)[0]["policy"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(bicycle, tracks_with_ice):
+    params = EnvParams(num_envs=N, surface_label=True, stall_seconds=3.0, episode_seconds=8.0)
+    start = (torch.arange(N) % len(tracks_with_ice), 30.0 * torch.arange(N), torch.linspace(-1.0, 1.0, N), torch.linspace(-2.0, 2.0, N), 0.0)
+
+    def fresh() -> DistilledEnv:
+        env = DistilledEnv(bicycle, tracks_with_ice, params, seed=0, auto_reset=False)
+        env.reset_to(*start)
+        return env
+
+    actions = _actions(fresh())
+    env = fresh()
+    rec = {"obs": [env.obs.clone()], "frames": [torch.cat([env.pose, env.hs[:, -1]], 1).clone()], "reward": [], "reason": [], "done": []}
+    for a in actions:
+        td, rew, done, extras = env.step(a)
+        rec["obs"].append(td["policy"].clone())
+        rec["frames"].append(torch.cat([env.pose, env.hs[:, -1]], 1).clone())
+        rec["reward"].append(rew.clone())
+        rec["reason"].append(extras["reason"].clone())
+        rec["done"].append(done.clone())
+    return params, start, actions, {k: torch.stack(v) for k, v in rec.items()}
+
+
+@pytest.fixture(scope="module")
+def tracks_with_ice():
+    from s3.tracks.generate import ProceduralTrackParams, procedural_track
+
+    return [procedural_track(seed, ProceduralTrackParams(patch_probability=1.0, patches_min=3, patches_max=5)) for seed in (3, 4)]
+
+
+def test_the_run_ends_by_several_rules(run) -> None:
+    *_, rec = run
+    assert {OFF_TRACK, BACKWARDS, STALLED, TIME_OUT} & set(rec["reason"][rec["done"]].tolist()) >= {OFF_TRACK, STALLED}
+
+
+def test_source_env_gives_the_distilled_envs_observations_rewards_and_reasons(run, tracks_with_ice, monkeypatch) -> None:
+    params, start, actions, rec = run
+    frames = rec["frames"].double().numpy()
+    monkeypatch.setattr(source_env, "_Workers", lambda *a, **k: ReplayWorkers(frames))
+    env = source_env.SourceVecEnv(tracks_with_ice, SimParams(), params, num_envs=N, auto_reset=False)
+    obs = env.reset_to(*start)["policy"]
+    assert torch.equal(obs, rec["obs"][0])
+    for k, a in enumerate(actions):
+        td, rew, done, extras = env.step(a)
+        assert torch.equal(td["policy"], rec["obs"][k + 1]), k
+        assert torch.equal(rew, rec["reward"][k]), k
+        assert torch.equal(extras["reason"], rec["reason"][k]) and torch.equal(done, rec["done"][k]), k
+
+
+def test_policy_driver_gives_the_distilled_envs_observations(run, tracks_with_ice) -> None:
+    params, start, actions, rec = run
+    frames = rec["frames"].numpy()
+    where = TrackState(0.0, 0.0, 0.0, 0.0, 5.0, 5.0, 0, 0.0)  # unused by the policy driver
+    for car in range(N):
+        replay = iter(a[car : car + 1] for a in actions)  # the env's actions for this car, in order
+        drv = PolicyDriver(lambda replay=replay: lambda obs: next(replay), params)
+        for k in range(STEPS):
+            x, y, yaw, vx, vy, r, steer = (float(v) for v in frames[k, car])
+            state = VehicleState(0.1 * k, x, y, yaw, vx, vy, r, steer)
+            if k == 0:
+                drv.reset(tracks_with_ice[int(start[0][car])], state)
+            drv.act(state, where)
+            assert np.array_equal(drv._last_obs, rec["obs"][k, car].numpy()), (car, k)
+
+
+def test_reward_terms_sum_to_the_reward_and_are_zero_for_void_steps() -> None:
+    from s3.task.frame import TrackFrame
+    from s3.tracks.generate import procedural_track
+
+    frame = TrackFrame([procedural_track(1)], 3)
+    ids = torch.arange(3)
+    x, y, h = frame.tracks.pose_at(torch.zeros(3, dtype=torch.long), torch.tensor([10.0, 20.0, 30.0]), torch.tensor([0.0, 30.0, 0.0]))
+    frame.place(ids, torch.zeros(3, dtype=torch.long), torch.stack([x, y, h], 1))
+    rules = Rules(3, 0.1, EndRules.training(EnvParams()), EnvParams().reward, max_steps=100)
+    ds = frame.advance(frame.pose.clone())
+    out = rules.judge(frame, ds + torch.tensor([1.0, 0.0, 0.0]), torch.ones(3, 2), torch.zeros(3, 2), torch.tensor([False, False, True]))
+    total = sum(out.terms.values())
+    assert torch.allclose(total, out.reward) and out.reward[2] == 0 and all(t[2] == 0 for t in out.terms.values())
+    assert out.reason.tolist() == [0, OFF_TRACK, 3] and out.off.tolist() == [False, True, False]
+    assert out.terms["off_track"][1] == -EnvParams().reward.off_track and out.terms["action_rate"][0] == pytest.approx(-0.04)

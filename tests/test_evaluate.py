@@ -17,6 +17,7 @@ from s3.evaluate.metrics import aggregate, mean_ci, off_track_events, pedal_swit
 from s3.evaluate.params import EvaluateParams
 from s3.evaluate.run import run_lap
 from s3.sim.base import Control, VehicleState
+from s3.task.rules import JudgeParams
 from s3.tracks.track import FrictionPatch, Track
 
 R = 100.0  # radius of the test circle (m); lap = 2 pi R
@@ -206,7 +207,7 @@ def test_run_lap_interpolates_the_lap_time_and_stops_off_track() -> None:
     assert r.progress == pytest.approx(track.length)
     tj = r.trajectory
     assert len(tj["t"]) == r.steps + 1 and tj["steering_cmd"][0] == 0.0 and tj["steering_cmd"][1] == pytest.approx(0.1)
-    off = run_lap(RailSim(13.0, drift=1.0), track, Recorder(), start_s=0.0, fail_distance=2.0)
+    off = run_lap(RailSim(13.0, drift=1.0), track, Recorder(), start_s=0.0, judge=JudgeParams(off_track_distance=2.0))
     assert off.reason == "off_track" and not off.completed
     assert off.trajectory["d"][-1] > 5.0 + 2.0 and off.progress < track.length
 

@@ -146,3 +146,20 @@ def test_reward_terms_sum_to_the_reward_and_are_zero_for_void_steps() -> None:
     assert torch.allclose(total, out.reward) and out.reward[2] == 0 and all(t[2] == 0 for t in out.terms.values())
     assert out.reason.tolist() == [0, OFF_TRACK, 3] and out.off.tolist() == [False, True, False]
     assert out.terms["off_track"][1] == -EnvParams().reward.off_track and out.terms["action_rate"][0] == pytest.approx(-0.04)
+
+
+def test_runs_are_judged_by_the_judging_rules_inside_the_model(bicycle, tracks_with_ice) -> None:
+    """Training ends a turned-round car at once; the judging rules (source and model alike) let it drive on."""
+    from s3.rl.controllers import straight_line
+    from s3.rl.rollout import run_episodes
+    from s3.task.rules import JudgeParams
+
+    args = (straight_line(0.0), bicycle, tracks_with_ice, [0], [50.0])  # parked: no progress at all
+    assert run_episodes(*args, max_seconds=6.0).reason == ["stalled"]  # training: 5 s without 2 m of progress
+    assert run_episodes(*args, max_seconds=6.0, ends=JudgeParams().ends()).reason == ["max_time"]  # judged: 8 s
+    env = DistilledEnv(bicycle, tracks_with_ice, EnvParams(num_envs=1), auto_reset=False)
+    env.reset_to(torch.tensor([0]), torch.tensor([50.0]), 0.0, 2.0, 3.0)  # facing 2 rad off the road
+    assert env.step(torch.tensor([[0.0, 0.2]]))[3]["reason"].item() == BACKWARDS
+    env = DistilledEnv(bicycle, tracks_with_ice, EnvParams(num_envs=1), auto_reset=False, ends=JudgeParams().ends())
+    env.reset_to(torch.tensor([0]), torch.tensor([50.0]), 0.0, 2.0, 3.0)
+    assert env.step(torch.tensor([[0.0, 0.2]]))[3]["reason"].item() == 0

@@ -179,9 +179,7 @@ def pid_laps() -> dict[str, dict]:
         for frac in (0.0, 0.5):
             sim = make_sim(SimParams(), ep.driver_aids)
             try:
-                r = run_lap(sim, track, PidDriver.for_sim(sim), start_s=frac * track.length, start_speed=5.0, max_seconds=ep.max_lap_seconds,
-                            fail_distance=ep.fail_distance, backwards_distance=ep.backwards_distance, stall_seconds=ep.stall_seconds,
-                            stall_speed=ep.stall_speed, projection_window=ep.projection_window)  # fmt: skip
+                r = run_lap(sim, track, PidDriver.for_sim(sim), start_s=frac * track.length, start_speed=5.0, max_seconds=ep.max_lap_seconds, judge=ep.judge)
             finally:
                 sim.close()
             tr = r.trajectory

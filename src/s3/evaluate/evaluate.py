@@ -179,10 +179,7 @@ def evaluate_driver(
                     where = {"condition": cond, "start_index": i, "seed": seed}
                     r, retries, error = simulator.run(
                         f"{cond} start {i} seed {seed}", track=track, start_s=frac * track.length, start_d=d0,
-                        start_heading=h0, start_speed=v0, max_seconds=ep.max_lap_seconds,
-                        fail_distance=ep.fail_distance, backwards_distance=ep.backwards_distance,
-                        stall_seconds=ep.stall_seconds, stall_speed=ep.stall_speed,
-                        projection_window=ep.projection_window,
+                        start_heading=h0, start_speed=v0, max_seconds=ep.max_lap_seconds, judge=ep.judge,
                     )  # fmt: skip
                     if r is None:
                         lost.append({**where, "attempts": retries + 1, "error": error})

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from s3.sim.aids import DriverAidsParams
+from s3.task.rules import JudgeParams
 
 
 class _Section(BaseModel):
@@ -61,11 +62,7 @@ class EvaluateParams(_Section):
     perturb_speed: float = Field(1.0, ge=0.0, le=10.0, description="uniform +- initial speed (m/s)")
     max_lap_seconds: float = Field(400.0, gt=1.0, le=7200.0, description="a lap not finished by then is a time-out")
     off_track_tolerance: float = Field(0.0, ge=-3.0, le=10.0, description="car centre this far beyond the road edge (m) still counts as on track")
-    fail_distance: float = Field(4.0, gt=0.0, le=100.0, description="the run ends once the car centre is this far beyond the edge (m)")
-    backwards_distance: float = Field(10.0, gt=0.0, le=1000.0, description="net reverse progress (m) that ends a run")
-    stall_seconds: float = Field(8.0, gt=0.0, le=600.0, description="a run ends after this long below stall_speed")
-    stall_speed: float = Field(0.5, ge=0.0, le=10.0, description="m/s")
-    projection_window: int = Field(24, ge=4, le=512, description="segments searched either side of the last projection")
+    judge: JudgeParams = Field(default_factory=JudgeParams, description="when a run ends, in the source and inside a distilled model alike (s3.task.rules)")
     out_dir: str = "metrics/eval"
     plot_dir: str = "plots/eval"
     gif: bool = Field(True, description="write a top-down animation of one lap")
@@ -84,6 +81,6 @@ class EvaluateParams(_Section):
             raise ValueError("start_fractions needs 1+ values in [0, 1)")
         if not self.seeds or any(s < 0 for s in self.seeds) or len(set(self.seeds)) != len(self.seeds):
             raise ValueError("seeds needs 1+ distinct non-negative integers")
-        if self.fail_distance <= self.off_track_tolerance:
-            raise ValueError("fail_distance must exceed off_track_tolerance")
+        if self.judge.off_track_distance <= self.off_track_tolerance:
+            raise ValueError("judge.off_track_distance must exceed off_track_tolerance")
         return self

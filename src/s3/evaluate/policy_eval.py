@@ -73,7 +73,7 @@ def distilled_laps(folder: str | Path, params: Any, models_dir: str | Path | Non
         pert = [start_perturbation(seed, i, ep) for i, _, seed in starts]
         batch = run_episodes(
             policy, model, [track], [0] * len(starts), [frac * track.length for _, frac, _ in starts], env_params,
-            start_d=[p[0] for p in pert], start_speed=[p[2] for p in pert], max_seconds=ep.max_lap_seconds,
+            start_d=[p[0] for p in pert], start_speed=[p[2] for p in pert], max_seconds=ep.max_lap_seconds, ends=ep.judge.ends(),
         )  # fmt: skip
         done = batch.completed.astype(bool)
         duration = np.where(done, batch.lap_time, batch.steps * model.dt)

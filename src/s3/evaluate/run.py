@@ -1,14 +1,16 @@
 """Drive one lap in a source simulator: any `SourceSim`, any `Driver`, deterministic.
 
-    run_lap(sim, track, driver, start_s, ...) -> RunResult
+    run_lap(sim, track, driver, start_s, ..., judge=JudgeParams()) -> RunResult
 
 The car is placed at arc length `start_s` (plus a lateral offset, heading error and speed), then
 driven until its net progress along the road reaches one lap length (lap completed; the lap time
-is interpolated within the last control period), it is `fail_distance` beyond a road edge
-("off_track"), it has gone `backwards_distance` backwards ("backwards"), it has stood still for
-`stall_seconds` ("stalled"), the simulator fails ("sim_error"), or at `max_seconds` ("max_time").
-A "sim_error" caused by a lost simulator connection (`SimulatorLost`) is flagged `lost`: it says
-nothing about the driver, so the caller retries the run on a fresh simulator instead of scoring it.
+is interpolated within the last control period), until the judging rules end the run
+(s3.task.rules with `judge.ends()`: "off_track", "backwards", "stalled" -- the rules a run inside a
+distilled model is judged by), the simulator fails ("sim_error"), or at `max_seconds`
+("max_time"). Where the car is on the track (projection, progress, lap length) is s3.task's
+TrackFrame on the track resampled at `judge.track_ds`. A "sim_error" caused by a lost simulator
+connection (`SimulatorLost`) is flagged `lost`: it says nothing about the driver, so the caller
+re-runs it on a fresh simulator instead of scoring it.
 
 The trajectory holds T + 1 rows (the start state, then one per control period) with the keys of
 the distilled environment's trajectories (s3.rl.rollout) plus a few more; the command columns of
@@ -18,13 +20,17 @@ row k are the command that led into state k (row 0: zeros), as in the distilled 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from s3.evaluate.drivers import Driver, TrackState
-from s3.evaluate.metrics import beyond_edge
+from s3.rl.params import RewardParams
 from s3.sim.base import Control, SimulatorError, SimulatorLost, SourceSim, VehicleState
+from s3.task.frame import TrackFrame, wrap
+from s3.task.rules import REASONS as TASK_REASONS
+from s3.task.rules import JudgeParams, Rules
 from s3.tracks.track import Track, wrap_angle
 
 REASONS = ("lap", "off_track", "backwards", "stalled", "sim_error", "max_time")
@@ -33,6 +39,9 @@ TRAJECTORY_KEYS = (
     "steering_cmd", "throttle_cmd", "brake_cmd", "mu", "mu_min",
     "s", "d", "heading_error", "w_left", "w_right", "progress",
 )  # fmt: skip
+_ONE = torch.zeros(1, dtype=torch.long)
+_NO = torch.zeros(1, dtype=torch.bool)
+_Z2 = torch.zeros(1, 2)
 
 
 @dataclass
@@ -55,20 +64,16 @@ class RunResult:
     lost: bool = False  # the simulator connection was lost: retry, do not score
 
 
-def track_state(track: Track, state: VehicleState, hint: int | None, window: int, progress: float) -> TrackState:
-    """Project the car onto the track (locally around `hint` when given)."""
-    pr = track.project(np.array([[state.x, state.y]]), np.array([state.yaw]), None if hint is None else np.array([hint]), window)
-    assert pr.heading_error is not None
-    return TrackState(
-        s=float(pr.s[0]),
-        d=float(pr.d[0]),
-        heading=float(pr.heading[0]),
-        heading_error=float(pr.heading_error[0]),
-        w_left=float(pr.w_left[0]),
-        w_right=float(pr.w_right[0]),
-        segment=int(pr.segment[0]),
-        progress=progress,
-    )
+def _pose(state: VehicleState) -> torch.Tensor:
+    return torch.tensor([[state.x, state.y, state.yaw]], dtype=torch.float32)
+
+
+def track_state(frame: TrackFrame) -> TrackState:
+    """Where the frame's one car is on its track."""
+    d, herr, wl, wr = (float(v) for v in frame.feats[0])
+    heading = float(wrap(frame.pose[0, 2] - frame.feats[0, 1]))
+    return TrackState(s=float(frame.s[0]), d=d, heading=heading, heading_error=herr, w_left=wl, w_right=wr,
+                      segment=int(frame.seg[0]), progress=float(frame.progress[0]))  # fmt: skip
 
 
 def _row(state: VehicleState, where: TrackState, cmd: Control | None) -> dict[str, float]:
@@ -107,16 +112,17 @@ def run_lap(
     start_heading: float = 0.0,
     start_speed: float = 0.0,
     max_seconds: float = 400.0,
-    fail_distance: float = 4.0,
-    backwards_distance: float = 10.0,
-    stall_seconds: float = 8.0,
-    stall_speed: float = 0.5,
-    projection_window: int = 24,
+    judge: JudgeParams | None = None,
 ) -> RunResult:
     """Drive one lap of `track` from (start_s, start_d) heading start_heading off the road's direction."""
+    judge = judge or JudgeParams()
+    frame = TrackFrame([track], 1, judge.track_ds, judge.projection_window)
+    length = float(frame.length()[0])
+    n_steps = int(math.ceil(max_seconds / sim.control_dt))
+    rules = Rules(1, sim.control_dt, judge.ends(), RewardParams(), max_steps=n_steps + 1)
     x, y, h = (float(a) for a in track.pose_at(np.array(start_s), np.array(start_d)))
     result = RunResult(track.name, float(start_s), float(start_d), float(start_heading), float(start_speed),
-                       False, None, 0.0, track.length, "max_time", 0)  # fmt: skip
+                       False, None, 0.0, length, "max_time", 0)  # fmt: skip
     rows: list[dict[str, float]] = []
     try:
         state = sim.reset(track, x, y, float(wrap_angle(h + start_heading)), float(start_speed))
@@ -124,12 +130,10 @@ def run_lap(
         result.reason, result.error, result.lost = "sim_error", str(e), isinstance(e, SimulatorLost)
         return result
     t0 = state.time
-    where = track_state(track, state, None, projection_window, 0.0)
+    frame.place(_ONE, _ONE, _pose(state))
+    where = track_state(frame)
     driver.reset(track, state)
     rows.append(_row(state, where, None))
-    length = track.length
-    n_steps = int(math.ceil(max_seconds / sim.control_dt))
-    progress, still = 0.0, 0.0
     for k in range(n_steps):
         cmd = driver.act(state, where)
         try:
@@ -137,30 +141,22 @@ def run_lap(
         except SimulatorError as e:
             result.reason, result.error, result.lost = "sim_error", str(e), isinstance(e, SimulatorLost)
             break
-        prev_s, prev_progress = where.s, progress
-        where = track_state(track, state, where.segment, projection_window, progress)
-        ds = (where.s - prev_s + 0.5 * length) % length - 0.5 * length
-        progress += ds
-        where = replace(where, progress=progress)
+        prev_progress = where.progress
+        ds = frame.advance(_pose(state))
+        where = track_state(frame)
         rows.append(_row(state, where, cmd))
         result.steps = k + 1
-        if progress >= length:
-            frac = (length - prev_progress) / max(progress - prev_progress, 1e-9)
+        if where.progress >= length:
+            frac = (length - prev_progress) / max(where.progress - prev_progress, 1e-9)
             result.completed = True
             result.lap_time = float((state.time - t0) - sim.control_dt * (1.0 - min(max(frac, 0.0), 1.0)))
             result.reason = "lap"
             break
-        if float(beyond_edge(where.d, where.w_left, where.w_right)) > fail_distance:
-            result.reason = "off_track"
+        out = rules.judge(frame, ds, _Z2, _Z2, _NO)
+        if bool(out.done[0]):
+            result.reason = TASK_REASONS[int(out.reason[0])]
             break
-        if progress < -backwards_distance:
-            result.reason = "backwards"
-            break
-        still = still + sim.control_dt if math.hypot(state.vx, state.vy) < stall_speed else 0.0
-        if still >= stall_seconds:
-            result.reason = "stalled"
-            break
-    result.progress = float(min(progress, length))
+    result.progress = float(min(where.progress, length))
     result.trajectory = {key: np.array([r[key] for r in rows], dtype=float) for key in TRAJECTORY_KEYS}
     result.trajectory["t"] = result.trajectory["t"] - t0
     return result

@@ -16,29 +16,23 @@ One step (control period dt of the model):
     s[t+1] = model.step(history, command, mu)   mu = peak friction under the car at time t, from
                                                 the track's patches (fed only if the model uses it)
     pose   = integrate_pose(pose, s[t], s[t+1])
-    reward = progress_w * ds - action_rate_w * |a[t] - a[t-1]|^2
-             - off_track_w * [left the road] - backwards_w * [turned around / reversed]
-             - stall_w * [stalled]
-  ds is the signed arc-length change along the centerline (wraps at the start line).
-Terminations: off track (car centre beyond the road edge + off_track_margin), backwards (|heading
-error| > backwards_heading, or net progress < -backwards_distance), stalled (less than
-stall_distance of progress in the last stall_seconds: a car parked before a corner it fears
-would otherwise sit out the episode at no cost), and model outputs that are
-non-finite or absurd (|(vx, vy)| > max_speed or |yaw rate| > max_yaw_rate). Such outputs are never
-propagated: the car keeps its previous state, gets zero reward, is terminated and counted
-(`invalid_model_steps`, extras["log"]["Env/model_invalid"]). The time limit is reported in
-extras["time_outs"] (rsl_rl bootstraps it) and is not a failure. Finished cars are reset in
-place (auto-reset) and the returned observation is the first of their new episode.
+then the task (s3.task) observes the car, rewards the step (named terms, logged as
+extras["log"]["reward/<term>"]) and ends it: by default by the env params' training rules
+(`EndRules.training`), or by the rules passed as `ends` (evaluation passes its judging rules).
+A model output that is non-finite or absurd (|(vx, vy)| > max_speed or |yaw rate| >
+max_yaw_rate) is never propagated: the car keeps its previous state, gets zero reward, ends as
+"model_invalid" and is counted (`invalid_model_steps`, extras["log"]["Env/model_invalid"]). The
+time limit is reported in extras["time_outs"] (rsl_rl bootstraps it) and is not a failure.
+Finished cars are reset in place (auto-reset) and the returned observation is the first of their
+new episode.
 
-Reset. A car starts on a random pool track at a random arc length, lateral offset (a fraction
-`init_lateral` of the half width on that side), heading error (+-init_heading) and speed
-(uniform [init_speed_min, init_speed_max]), driving straight (vy = yaw rate = steer = 0). The model
-needs a history window; it is filled with that initial state repeated K times, each with the
-command that holds it: zero steering, no brake, and the throttle at which *this model* keeps the
-speed constant (tabulated once per env by solving model.step(...)[vx] = vx on a speed grid, with
-mu = 1). The window is thus a steady state of the model itself rather than an impossible history
-(a coasting command under a constant speed). At zero speed it is all zeros. The observation
-history is filled the same way.
+Reset. A car starts at a random start (s3.task.starts), driving straight (vy = yaw rate =
+steer = 0). The model needs a history window; it is filled with that initial state repeated K
+times, each with the command that holds it: zero steering, no brake, and the throttle at which
+*this model* keeps the speed constant (tabulated once per env by solving model.step(...)[vx] = vx
+on a speed grid, with mu = 1). The window is thus a steady state of the model itself rather than
+an impossible history (a coasting command under a constant speed). At zero speed it is all
+zeros. The observation history is filled the same way.
 
 All public methods run under torch.inference_mode (rsl_rl collects rollouts under it): every env
 tensor is an inference tensor, created and updated only there.
@@ -47,11 +41,7 @@ Speed (CPU first; every shortcut is checked against the plain formulation in
 tests/test_env_speed_equivalence.py). A step is a fixed sequence of batched tensor ops: no Python
 loop over cars, no host sync besides the count of finished cars. The history windows slide over
 preallocated buffers (one row written per step; `hs`, `ha`, `hist` are views into them, which
-later steps overwrite: clone what you keep). The projection reads each car's 2 w + 1 candidate
-segments as one row of a per-track sliding-window table, the preview reads tables continued
-around the lap, and per-point tables hold what the far end of a segment adds: no index
-arithmetic for wrap-around. Gathers are index_select (several times faster than advanced
-indexing on CPU) and the arc-length wraps avoid fmod where the range allows.
+later steps overwrite: clone what you keep); the track side is s3.task.frame's tables.
 """
 
 from __future__ import annotations
@@ -95,6 +85,7 @@ class DistilledEnv(VecEnv):
         device: str | torch.device | None = "cpu",
         seed: int = 0,
         auto_reset: bool = True,
+        ends: EndRules | None = None,
     ) -> None:
         self.params = params = params or EnvParams()
         self.device = resolve_device(device)
@@ -116,7 +107,7 @@ class DistilledEnv(VecEnv):
             self.frame = self.observer.frame
             self.layout = self.observer.layout
             self.num_obs = self.layout.dim
-            self.rules = Rules(n, self.dt, EndRules.training(params), params.reward, self.max_episode_length, self.device)
+            self.rules = Rules(n, self.dt, ends or EndRules.training(params), params.reward, self.max_episode_length, self.device)
             k, dev = self.model.history, self.device
             self._hs, self._ha = Window(n, k, 4, dev), Window(n, k, 3, dev)
             self.action_prev = torch.zeros(n, 2, device=dev)

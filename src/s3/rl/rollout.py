@@ -29,7 +29,7 @@ from torch import Tensor
 from s3.dynamics.base import DynamicsModel
 from s3.rl.env import DistilledEnv
 from s3.rl.params import EnvParams
-from s3.task.rules import REASONS, TIME_OUT
+from s3.task.rules import REASONS, TIME_OUT, EndRules
 from s3.tracks.track import Track
 
 Policy = Callable[[Tensor], Tensor]
@@ -93,14 +93,18 @@ def run_episodes(
     max_seconds: float | Sequence[float] | np.ndarray | None = None,
     record: bool = False,
     device: str | torch.device = "cpu",
+    ends: EndRules | None = None,
 ) -> EpisodeBatch:
     """Drive M = len(track_index) cars, car i on tracks[track_index[i]] from arc length start_s[i].
+
+    `ends`: the rules that end a run (default: the env params' training terminations; evaluation
+    passes its judging rules, `evaluate.judge.ends()`).
 
     max_seconds defaults to each car's lap length at 4 m/s on average.
     """
     params = env_params or EnvParams()
     m = len(track_index)
-    env = DistilledEnv(model, tracks, params, num_envs=m, device=device, seed=0, auto_reset=False)
+    env = DistilledEnv(model, tracks, params, num_envs=m, device=device, seed=0, auto_reset=False, ends=ends)
     dev = env.device
     obs = env.reset_to(
         torch.as_tensor(np.asarray(track_index), device=dev),

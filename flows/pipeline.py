@@ -30,9 +30,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.context import TaskRunContext
 from prefect.task_runners import ThreadPoolTaskRunner
-from prefect.tasks import exponential_backoff
 
-RETRY_STAGES = {"collect": 3, "evaluate": 3}  # base stage name -> retries
 _DVC_LOCK = threading.Lock()  # one DVC operation at a time per workspace (DVC's repo lock)
 
 
@@ -139,18 +137,9 @@ def run_stage(root: str, stage: str) -> dict[str, Any]:
 
 
 def stage_task(base: str) -> Any:
-    """The Prefect task for stages named `base` (with retries where the simulator is involved)."""
-    retries = RETRY_STAGES.get(base, 0)
-    return task(
-        run_stage,
-        name=base,
-        task_run_name="{stage}",
-        cache_key_fn=stage_cache_key,
-        persist_result=True,
-        retries=retries,
-        retry_delay_seconds=exponential_backoff(backoff_factor=10) if retries else 0,
-        retry_jitter_factor=0.5 if retries else None,
-    )
+    """The Prefect task for stages named `base`. No task retries: the stage's own jobs are the one
+    layer that retries (s3.compute.retry), so a failed stage has already spent its retries."""
+    return task(run_stage, name=base, task_run_name="{stage}", cache_key_fn=stage_cache_key, persist_result=True)
 
 
 @flow(name="s3-pipeline", task_runner=ThreadPoolTaskRunner(max_workers=1), log_prints=True)

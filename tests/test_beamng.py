@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from s3.config import load_params
-from s3.data import collect as collect_mod
 from s3.data.collect import collect
 from s3.data.rollouts import load_rollouts, read_manifest
 from s3.data.schema import COLUMNS
@@ -26,7 +25,7 @@ from s3.sim.base import Control, SimulatorError, SourceSim
 from s3.sim.beamng import FRICTION_LUA, BeamngSim, friction_lua, yaw_to_rot_quat
 from s3.sim.beamng_params import BeamngParams
 from s3.sim.beamng_standin import FRICTION_RE, PROTOCOL_VERSION, BeamngStandin, recv_frame, send_frame
-from s3.sim.factory import make_sim
+from s3.sim.factory import drop_worker_sim, make_sim
 from s3.sim.mujoco_car import MujocoCar
 from s3.tracks.track import FrictionPatch, Track
 
@@ -247,9 +246,7 @@ def test_collect_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) -> 
         try:
             collect(params, quiet=True)
         finally:
-            if collect_mod._SIM is not None:  # the per-process simulator cache holds a connection
-                collect_mod._SIM[1].close()
-                collect_mod._SIM = None
+            drop_worker_sim()  # the per-process simulator cache holds a connection
         return out / "rollouts", load_rollouts(out / "rollouts")
 
     bng_dir, bng = run("beamng")

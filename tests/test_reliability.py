@@ -28,16 +28,16 @@ from typer.testing import CliRunner
 
 from s3.cli import app
 from s3.config import Params, load_params
-from s3.data import collect as collect_mod
 from s3.data.collect import FAULT_EXIT_ENV, collect
 from s3.data.rollouts import MANIFEST, load_rollouts, read_manifest, sha256_file, shard_name
 from s3.sim.beamng_standin import BeamngStandin, recv_frame, send_frame
+from s3.sim.factory import drop_worker_sim
 
 pytestmark = pytest.mark.timeout(180)
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
 SOCKET_TIMEOUT = 5.0
-FAST_RETRY = ["collect.retry_backoff_s=0.01"]
+FAST_RETRY = ["compute.retry.retry_backoff_s=0.01"]
 
 
 def _tiny(out: Path, *extra: str) -> Params:
@@ -50,7 +50,7 @@ def _collect(params: Params) -> tuple[pd.DataFrame | None, dict]:
     try:
         collect(params, quiet=True)
     finally:
-        collect_mod._drop_worker_sim()
+        drop_worker_sim()
     out = Path(params.collect.out_dir)
     m = read_manifest(out)
     return (load_rollouts(out) if m["shards"] else None), m
@@ -72,15 +72,15 @@ def test_worker_process_death_is_retried_and_the_data_is_unchanged(mujoco_ref, t
     df, m = _collect(_tiny(tmp_path, "collect.workers=2"))
     assert (tmp_path / "died").exists(), "the fault was injected"
     assert m["lost"] == [] and m["episodes_lost"] == 0
-    assert {r["shard"] for r in m["retried_this_run"]} >= {1} and all(r["cause"] == "worker process died" for r in m["retried_this_run"])
+    assert {r["shard"] for r in m["retried_this_run"]} >= {1} and all(set(r["causes"]) == {"worker process died"} for r in m["retried_this_run"])
     pd.testing.assert_frame_equal(df, mujoco_ref)
 
 
 def test_worker_that_always_dies_is_reported_lost_and_recovered_by_a_rerun(mujoco_ref, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A shard whose worker dies every time is retried `collect.retries` times, then reported lost;
+    """A shard whose worker dies every time is retried `compute.retry.retries` times, then reported lost;
     the other shard is kept; a re-run collects the lost episode and keeps the kept shard."""
     monkeypatch.setenv(FAULT_EXIT_ENV, "1:")
-    params = _tiny(tmp_path, "collect.workers=2", "collect.retries=1")
+    params = _tiny(tmp_path, "collect.workers=2", "compute.retry.retries=1")
     df, m = _collect(params)
     out = tmp_path / "rollouts"
     assert m["episodes_lost"] == 1 and m["lost"] == [{"episode": 1, "reason": "worker process died 2 times"}]
@@ -111,7 +111,7 @@ def test_beamng_drop_mid_episode_is_retried_and_the_data_is_unchanged(beamng_ref
     with BeamngStandin(drop_after_steps=25) as server:
         df, m = _collect(_bng(tmp_path, server.port))
     assert server.dropped == 1
-    assert m["lost"] == [] and m["retried_this_run"] == [{"episode": 0, "retries": 1, "cause": "simulator lost"}]
+    assert m["lost"] == [] and m["retried_this_run"] == [{"shard": 0, "episodes": [0, 0], "retries": 1, "causes": ["simulator lost"]}]
     pd.testing.assert_frame_equal(df, beamng_ref)
 
 
@@ -119,7 +119,7 @@ def test_beamng_drop_that_persists_loses_the_episode_and_collection_goes_on(beam
     """Two drops with retries=1: episode 0 is lost (and said so), episode 1 is collected; once the
     simulator behaves, a re-run fills the gap."""
     with BeamngStandin(drop_after_steps=20, drops=2) as server:
-        params = _bng(tmp_path, server.port, "collect.retries=1")
+        params = _bng(tmp_path, server.port, "compute.retry.retries=1")
         df, m = _collect(params)
         assert server.dropped == 2
         assert m["episodes_lost"] == 1 and m["lost"][0]["episode"] == 0 and "simulator lost 2 times" in m["lost"][0]["reason"]
@@ -137,7 +137,7 @@ def test_unreachable_simulator_stops_collect_and_evaluate_after_bounded_retries(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    params = _bng(tmp_path, port, "collect.retries=1", "evaluate.seeds=[0]", "evaluate.start_fractions=[0.0]")
+    params = _bng(tmp_path, port, "compute.retry.retries=1", "evaluate.seeds=[0]", "evaluate.start_fractions=[0.0]")
     t0 = time.monotonic()
     with pytest.raises(SimulatorError, match=rf"cannot reach BeamNG.tech at 127.0.0.1:{port}.*2 attempts"):
         _collect(params)
@@ -158,7 +158,7 @@ def test_evaluation_retries_a_lost_run_then_reports_runs_lost(tmp_path: Path) ->
             [
                 "sim.backend=beamng", f"sim.beamng.port={server.port}", f"sim.beamng.socket_timeout={SOCKET_TIMEOUT}",
                 "evaluate.conditions=[nominal]", "evaluate.start_fractions=[0.0]", "evaluate.seeds=[0, 1]",
-                "evaluate.gif=false", "evaluate.max_lap_seconds=5", "collect.retries=1", *FAST_RETRY,
+                "evaluate.gif=false", "evaluate.max_lap_seconds=5", "compute.retry.retries=1", *FAST_RETRY,
             ],
         )  # fmt: skip
         return evaluate_baseline("pid", params, tmp_path / f"{name}.json", None)
@@ -323,11 +323,14 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_nan_ppo_loss_stops_training_and_keeps_the_last_good_state(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from rsl_rl.algorithms import PPO
 
+    from s3.platform import tracking
     from s3.rl.params import TrainParams
     from s3.rl.train import TrainError, resume_path, train
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", _mlflow_uri(tmp_path))
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("S3_MLFLOW", "1")
+    run = tracking.family_run("bicycle", tmp_path)
     real, calls = PPO.update, {"n": 0}
 
     def poisoned(self: PPO) -> dict:
@@ -338,7 +341,7 @@ def test_nan_ppo_loss_stops_training_and_keeps_the_last_good_state(model_dir: Pa
 
     monkeypatch.setattr(PPO, "update", poisoned)
     with pytest.raises(TrainError) as e:
-        train("bicycle", model_dir, tmp_path / "policies", tmp_path / "plots", TrainParams.model_validate({**TRAIN_TINY, "progress_bar": False}))
+        train("bicycle", model_dir, tmp_path / "policies", tmp_path / "plots", TrainParams.model_validate({**TRAIN_TINY, "progress_bar": False}), run=run)
     msg, resume = str(e.value), resume_path(tmp_path / "policies" / "bicycle")
     assert "non-finite PPO loss" in msg and "iteration 3" in msg and str(resume) in msg and "iteration 2" in msg and "\n" not in msg
     state = torch.load(resume, weights_only=True)
@@ -348,8 +351,7 @@ def test_nan_ppo_loss_stops_training_and_keeps_the_last_good_state(model_dir: Pa
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=_mlflow_uri(tmp_path))
-    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/Loss/value")) == [0, 1, 2]  # the curve up to the failure
+    assert sorted(m.step for m in client.get_metric_history(run.run_id, "train/Loss/value")) == [0, 1, 2]  # the curve up to the failure
 
 
 def test_training_resumes_from_its_last_checkpoint_after_sigkill(

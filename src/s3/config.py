@@ -12,6 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from s3.compute.params import ComputeParams
 from s3.data.params import CollectParams
 from s3.dynamics.params import DistillParams
 from s3.evaluate.params import EvaluateParams
@@ -63,6 +64,7 @@ class Params(BaseModel):
     train: TrainParams = TrainParams()
     evaluate: EvaluateParams = EvaluateParams()
     regress: RegressParams = RegressParams()
+    compute: ComputeParams = ComputeParams()
 
 
 def _apply_override(tree: dict[str, Any], assignment: str) -> None:

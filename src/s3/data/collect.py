@@ -5,14 +5,14 @@ dataset depends only on the seed, never on how episodes are spread over workers.
 episodes [k*E, (k+1)*E) and is written atomically; a re-run skips shards that are already there
 with the same provenance, so a killed collection resumes where it stopped.
 
-Faults that may clear up are retried, `collect.retries` times with exponential backoff from
-`collect.retry_backoff_s`: an episode whose simulator connection was lost (`SimulatorLost`) is
-re-driven on a fresh simulator, and a shard whose worker process died is re-run in a fresh
-process (alone, so that a crash is charged to the shard that caused it). Because every episode
-is a function of (seed, episode), a retried episode gives exactly the rows it would have given.
+Shards are the jobs of the executor (s3.compute.executor), which alone retries, by the project's
+one policy (`compute.retry`): a shard whose simulator connection was lost (`SimulatorLost`, the
+cached simulator is dropped first) or whose worker process died is re-run. Because every episode
+is a function of (seed, episode), a retried shard gives exactly the rows it would have given.
 What is still missing after the retries is listed under `lost` in the manifest, and its shard is
-redone by the next run; physics failures (an exploded state) repeat deterministically, so they
-are dropped at once and listed under `dropped`.
+redone by the next run; a simulator that cannot be reached at all stops the stage; physics
+failures (an exploded state) repeat deterministically, so they are dropped at once and listed
+under `dropped`.
 """
 
 from __future__ import annotations
@@ -20,15 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import multiprocessing as mp
 import os
 import re
 import sys
 import time
-from collections import deque
-from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -40,6 +35,7 @@ import pyarrow.parquet as pq
 from rich.progress import Progress
 
 from s3 import __version__
+from s3.compute.executor import Job, LocalExecutor, Outcome
 from s3.config import Params
 from s3.data.driver import ExplorationDriver
 from s3.data.rollouts import (
@@ -56,14 +52,12 @@ from s3.data.rollouts import (
 from s3.data.schema import COLUMNS, SCHEMA_VERSION
 from s3.io import workspace_lock
 from s3.sim.base import Control, SimulatorError, SimulatorLost, SourceSim, VehicleState
-from s3.sim.factory import make_sim
+from s3.sim.factory import drop_worker_sim, worker_sim
 from s3.tracks.generate import procedural_track
 from s3.tracks.track import Track
-from s3.workers import exit_with_parent
 
 SHARD_RE = re.compile(r"shard-(\d{5})\.parquet")
 MAX_SPEED = 120.0  # m/s: beyond this a state is an explosion, not driving
-MAX_BACKOFF_S = 60.0
 # Test hook: "<episode>:<marker file>" makes the process that is about to drive <episode> exit at
 # once (os._exit), the first time only (the marker file records that it happened); with an empty
 # marker ("<episode>:") it exits every time. Reliability tests use it to kill a worker process.
@@ -142,47 +136,28 @@ def run_episode(sim: SourceSim, params: Params, episode: int) -> tuple[pd.DataFr
                 break
             state = sim.step(cmd)
     except SimulatorLost:
-        raise  # not the episode's fault: the caller retries it on a fresh simulator
+        raise  # not the episode's fault: the shard is retried on a fresh simulator
     except SimulatorError as e:
         return None, f"simulator error: {e}"
     return pd.DataFrame(rows, columns=list(COLUMNS)), ""
-
-
-def backoff_seconds(params: Params, attempt: int) -> float:
-    """Wait before retry number `attempt` + 1: exponential from retry_backoff_s, capped."""
-    return min(params.collect.retry_backoff_s * 2.0**attempt, MAX_BACKOFF_S)
 
 
 def _say(msg: str) -> None:
     print(f"collect: {msg}", file=sys.stderr, flush=True)
 
 
-def drive_episode(params: Params, episode: int) -> tuple[pd.DataFrame | None, str, int, bool]:
-    """run_episode on this process's simulator, retrying a lost connection with backoff.
+def drive_episode(params: Params, episode: int) -> tuple[pd.DataFrame | None, str]:
+    """run_episode on this process's simulator: (rows, or None and why the episode was dropped).
 
-    Returns (rows or None, why dropped or lost, retries used, lost). A simulator that cannot even
-    be reached on the last attempt stops the collection (SimulatorLost): every further episode
-    would only wait out its retries. Finished shards stay; a re-run resumes.
+    A lost connection drops the cached simulator and propagates (the shard is retried); no
+    simulator to be had at all is `SimulatorUnreachable`.
     """
-    retries = params.collect.retries
-    error = ""
-    for attempt in range(retries + 1):
-        connected = False
-        try:
-            sim = _worker_sim(params)
-            connected = True
-            df, why = run_episode(sim, params, episode)
-            return df, why, attempt, False
-        except SimulatorLost as e:
-            error = str(e)
-            _drop_worker_sim()
-            if not connected and attempt == retries:
-                raise SimulatorLost(f"{error} (episode {episode}, {retries + 1} attempts; finished shards are kept)") from None
-            if attempt < retries:
-                wait_s = backoff_seconds(params, attempt)
-                _say(f"episode {episode}: {error.rstrip('.')}; retry {attempt + 1}/{retries} in {wait_s:g} s")
-                time.sleep(wait_s)
-    return None, f"simulator lost {retries + 1} times: {error}", retries, True
+    sim = worker_sim(params.sim)
+    try:
+        return run_episode(sim, params, episode)
+    except SimulatorLost:
+        drop_worker_sim()
+        raise
 
 
 def _injected_exit(episode: int) -> None:
@@ -201,38 +176,13 @@ def _injected_exit(episode: int) -> None:
     os._exit(70)
 
 
-_SIM: tuple[str, SourceSim] | None = None
-
-
-def _worker_sim(params: Params) -> SourceSim:
-    """One simulator per process, rebuilt whenever the sim params change."""
-    global _SIM
-    key = params.sim.model_dump_json()
-    if _SIM is None or _SIM[0] != key:
-        if _SIM is not None:
-            _SIM[1].close()
-        _SIM = (key, make_sim(params.sim))
-    return _SIM[1]
-
-
-def _drop_worker_sim() -> None:
-    """Forget this process's simulator after a lost connection (the next episode makes a new one)."""
-    global _SIM
-    if _SIM is not None:
-        try:
-            _SIM[1].close()
-        except Exception:
-            pass
-        _SIM = None
-
-
 def data_key(params: Params) -> str:
     """Provenance of the data: every input that changes a row, and nothing that does not."""
     blob = json.dumps(
         {
             "seed": params.seed,
             "sim": params.sim.model_dump(mode="json", exclude={"beamng": {"host", "port", "socket_timeout", "bng_home"}}),
-            "collect": params.collect.model_dump(mode="json", exclude={"workers", "out_dir", "plot_dir", "retries", "retry_backoff_s"}),
+            "collect": params.collect.model_dump(mode="json", exclude={"workers", "out_dir", "plot_dir"}),
             "s3": __version__,
             "schema": SCHEMA_VERSION,
             "simulator": _sim_version(params.sim.backend),
@@ -257,28 +207,23 @@ def _reusable(path: Path, key: str, old_sha: str | None) -> bool:
 
 
 def collect_shard(params_json: str, index: int, out_dir: str, key: str) -> ShardResult:
-    """Drive the episodes of shard `index` and write it (runs in a worker process)."""
+    """Drive the episodes of shard `index` and write it (an executor job, in a worker or this process)."""
     params = Params.model_validate_json(params_json)
     t0 = time.perf_counter()
-    frames, dropped, lost, retried = [], [], [], []
+    frames, dropped = [], []
     for ep in shard_episodes(params, index):
         _injected_exit(ep)
-        df, why, retries, was_lost = drive_episode(params, ep)
-        if retries:
-            retried.append({"episode": ep, "retries": retries, "cause": "simulator lost"})
-        if was_lost:
-            lost.append({"episode": ep, "reason": why})
-        elif df is None:
+        df, why = drive_episode(params, ep)
+        if df is None:
             dropped.append({"episode": ep, "reason": why})
         else:
             frames.append(df)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({k: [] for k in COLUMNS})
     path = Path(out_dir) / shard_name(index)
     seconds = time.perf_counter() - t0  # kept in the shard, so a resumed run still knows what the data cost
-    meta = {"s3_collect_key": key, "s3_shard": str(index), "s3_dropped": json.dumps(dropped), "s3_lost": json.dumps(lost),
-            "s3_seconds": f"{seconds:.3f}"}  # fmt: skip
+    meta = {"s3_collect_key": key, "s3_shard": str(index), "s3_dropped": json.dumps(dropped), "s3_lost": "[]", "s3_seconds": f"{seconds:.3f}"}
     write_shard(path, df, meta)
-    return ShardResult(index, path.name, len(df), len(frames), dropped, seconds, lost=lost, retried=retried)
+    return ShardResult(index, path.name, len(df), len(frames), dropped, seconds)
 
 
 def shard_episodes(params: Params, index: int) -> range:
@@ -316,20 +261,23 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False) -> Path
         t0 = time.perf_counter()
         with Progress(disable=quiet, transient=False) as progress:
             bar = progress.add_task("collect", total=n_shards, completed=n_shards - len(todo))
-            if todo and workers == 1:
-                for k in todo:
-                    results[k] = collect_shard(params_json, k, str(out), key)
-                    progress.advance(bar)
-            elif todo:
-                for r in _collect_in_pool(params, todo, workers, str(out), key):
-                    results[r.index] = r
-                    progress.advance(bar)
+
+            def done(i: int, o: Outcome) -> None:
+                results[todo[i]] = _shard_result(params, todo[i], out, o)
+                progress.advance(bar)
+
+            preload = ("s3.data.collect", "s3.sim.factory", f"s3.sim.{'beamng' if params.sim.backend == 'beamng' else 'mujoco_car'}")
+            executor = LocalExecutor(workers, preload, params.compute.retry, label="collect")
+            try:
+                executor.run([Job(f"shard {k}", collect_shard, (params_json, k, str(out), key)) for k in todo], done)
+            finally:
+                drop_worker_sim()  # this process's, if the shards ran here
         wall = time.perf_counter() - t0
         manifest = _manifest(params, [results[k] for k in range(n_shards)], out, wall, workers)
         path = write_manifest(out, manifest)
         if manifest["episodes_lost"]:
             _say(
-                f"{manifest['episodes_lost']} episode(s) lost after {c.retries} retries "
+                f"{manifest['episodes_lost']} episode(s) lost after {params.compute.retry.retries} retries "
                 f"(episodes {', '.join(str(d['episode']) for d in manifest['lost'])}; see {path}); "
                 "re-run `s3 collect` to collect them"
             )
@@ -339,70 +287,18 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False) -> Path
     return path
 
 
-def _collect_in_pool(params: Params, todo: list[int], workers: int, out_dir: str, key: str) -> Iterator[ShardResult]:
-    """Run shards in worker processes, yielding each result; survive workers that die.
-
-    When a worker dies, the pool breaks and every shard in flight fails with it. Those shards are
-    re-run one at a time in a pool of their own, so that a death there is the shard's own; it is
-    retried `collect.retries` times with backoff, then its episodes are reported lost.
-    """
-    c = params.collect
-    params_json = params.model_dump_json()
-    ctx = mp.get_context("spawn")
-    fresh, suspects = deque(todo), deque[int]()
-    deaths: dict[int, int] = {}  # deaths while running alone: the shard's own
-    reruns: dict[int, int] = {}  # every re-run after a death, shared or not
-    while fresh or suspects:
-        alone = bool(suspects)
-        queue = suspects if alone else fresh
-        width = 1 if alone else min(workers, len(fresh))
-        broken: list[int] = []
-        with ProcessPoolExecutor(max_workers=width, mp_context=ctx, initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
-            running: dict[Future[ShardResult], int] = {}
-            while (queue and not broken) or running:
-                while queue and not broken and len(running) < width:
-                    k = queue.popleft()
-                    running[pool.submit(collect_shard, params_json, k, out_dir, key)] = k
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    k = running.pop(fut)
-                    try:
-                        r = fut.result()
-                    except BrokenProcessPool:
-                        broken.append(k)
-                        continue
-                    if reruns.get(k):
-                        r.retried.append(_rerun_note(params, k, reruns[k]))
-                    yield r
-        for k in broken:
-            reruns[k] = reruns.get(k, 0) + 1
-        if not alone:
-            if broken:
-                _say(f"a worker process died; re-running shard(s) {', '.join(map(str, sorted(broken)))} one at a time")
-            suspects.extend(sorted(broken))
-            continue
-        for k in broken:
-            deaths[k] = deaths.get(k, 0) + 1
-            if deaths[k] > c.retries:
-                yield _lost_shard(params, k, Path(out_dir), deaths[k])
-                continue
-            wait_s = backoff_seconds(params, deaths[k] - 1)
-            _say(f"shard {k}: worker process died; retry {deaths[k]}/{c.retries} in {wait_s:g} s")
-            time.sleep(wait_s)
-            suspects.appendleft(k)
-
-
-def _rerun_note(params: Params, index: int, reruns: int) -> dict[str, Any]:
+def _shard_result(params: Params, index: int, out: Path, o: Outcome) -> ShardResult:
+    """The shard job's result, with its retries noted; a shard given up: no file, every episode lost."""
     eps = shard_episodes(params, index)
-    return {"shard": index, "episodes": [eps.start, eps.stop - 1], "retries": reruns, "cause": "worker process died"}
-
-
-def _lost_shard(params: Params, index: int, out: Path, deaths: int) -> ShardResult:
-    """A shard whose worker died on every attempt: no file, every episode reported lost."""
+    retried = [{"shard": index, "episodes": [eps.start, eps.stop - 1], "retries": o.retries, "causes": o.causes}] if o.retries else []
+    if o.ok:
+        r: ShardResult = o.value
+        r.retried = retried
+        return r
     (out / shard_name(index)).unlink(missing_ok=True)
-    reason = f"worker process died {deaths} times"
-    lost = [{"episode": ep, "reason": reason} for ep in shard_episodes(params, index)]
-    return ShardResult(index, shard_name(index), 0, 0, lost=lost, retried=[_rerun_note(params, index, deaths - 1)], written=False)
+    reason = o.error if o.causes[-1] == "worker process died" else f"{o.causes[-1]} {o.retries + 1} times: {o.error}"
+    lost = [{"episode": ep, "reason": reason} for ep in eps]
+    return ShardResult(index, shard_name(index), 0, 0, lost=lost, retried=retried, written=False)
 
 
 def _previous_hashes(out: Path) -> dict[str, str]:

@@ -48,8 +48,6 @@ class CollectParams(BaseModel):
     ice_episode_fraction: float = Field(0.6, ge=0, le=1, description="share of episodes run with their track's friction patches")
     start_speed: tuple[float, float] = Field((0.0, 25.0), description="initial speed range (m/s)")
     off_track_margin: float = Field(4.0, ge=0, le=100, description="episode ends once the car is this far outside the edge (m)")
-    retries: int = Field(3, ge=0, le=20, description="extra attempts for an episode whose simulator connection or worker process was lost")
-    retry_backoff_s: float = Field(1.0, ge=0, le=600, description="wait before the first retry (s); doubles with each further retry, at most 60 s")
     out_dir: str = "data/rollouts"
     plot_dir: str = "plots/collect"
     tracks: ProceduralTrackParams = ProceduralTrackParams(patch_probability=1.0, patches_min=2, patches_max=6, patch_length_max=120.0)

@@ -59,7 +59,7 @@ class Driver(Protocol):
         ...
 
 
-DriverFactory = Callable[[SourceSim], Driver]  # one driver per simulator (wheelbase, dt, ...)
+DriverFactory = Callable[[SourceSim], Driver]  # one driver per simulator (wheelbase, dt, ...); picklable for jobs in workers
 
 
 def speed_profile(
@@ -176,10 +176,16 @@ class PidDriver:
         return Control(steering, throttle, brake)
 
 
+class PidFactory:
+    """Makes a `PidDriver` matched to a simulator's wheelbase, steering and period (picklable)."""
+
+    def __init__(self, params: PidParams | None = None) -> None:
+        self.params = params
+
+    def __call__(self, sim: SourceSim) -> Driver:
+        return PidDriver.for_sim(sim, self.params)
+
+
 def pid_factory(params: PidParams | None = None) -> DriverFactory:
     """A factory making a `PidDriver` matched to a simulator's wheelbase, steering and period."""
-
-    def make(sim: SourceSim) -> Driver:
-        return PidDriver.for_sim(sim, params)
-
-    return make
+    return PidFactory(params)

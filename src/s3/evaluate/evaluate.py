@@ -8,12 +8,13 @@ JSON atomically to `out_json` (conventionally metrics/eval/<name>.json) and the 
 `plots_dir`. The simulator is deterministic: seed k perturbs the start (lateral offset, heading,
 speed) by a fixed draw, the same draw in both conditions, so the conditions are paired.
 
-A run whose simulator connection was lost (BeamNG gone, socket closed) is not a driving result:
-it is re-run on a freshly made simulator, `collect.retries` times with exponential backoff from
-`collect.retry_backoff_s` (the project's one simulator retry policy). A run still lost after
-that is left out of the aggregates and listed under "lost" in the output, with the error;
-"retried" lists runs that needed retries and then succeeded. A simulator that cannot be reached
-at all (at the start, or on a run's last attempt) stops the stage with a SimulatorError.
+Each run is a job of the executor (s3.compute.executor; `evaluate.workers` at once, one for
+BeamNG's one instance), so runs go side by side and the project's one retry policy applies: a
+run whose simulator connection was lost says nothing about the driver and is re-run on a fresh
+simulator; a run still lost after the retries is left out of the aggregates and listed under
+"lost" with the error; "retried" lists runs that needed retries and then succeeded. A simulator
+that cannot be reached at all stops the stage with a SimulatorError. `driver_factory` must be
+picklable (a class instance such as PidFactory or PolicyFactory), as jobs may run in workers.
 """
 
 from __future__ import annotations
@@ -22,26 +23,28 @@ import datetime as _dt
 import platform
 import sys
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from s3.evaluate.drivers import Driver, DriverFactory, pid_factory
+from s3.compute.executor import Job, LocalExecutor
+from s3.compute.retry import RetryPolicy
+from s3.evaluate.drivers import DriverFactory, PidFactory
 from s3.evaluate.metrics import aggregate, run_metrics
 from s3.evaluate.params import EvaluateParams
 from s3.evaluate.plots import lap_gif, traces_figure, track_figure
 from s3.evaluate.run import RunResult, run_lap
 from s3.io import write_json_atomic
-from s3.sim.aids import DriverAidsParams
-from s3.sim.base import SimulatorLost, SourceSim
-from s3.sim.factory import make_sim
+from s3.sim.base import SimulatorLost
+from s3.sim.factory import drop_worker_sim, worker_sim
 from s3.tracks.road_course import ICE_PATCHES, road_course
 from s3.viz.track_plot import save_figure
 
-DEFAULT_RETRIES, DEFAULT_BACKOFF_S, MAX_BACKOFF_S = 3, 1.0, 60.0
 HEADLINE = ("lap_time_s", "mean_speed_mps", "distance_m", "off_track_events", "mean_abs_lateral_error_m",
             "max_abs_lateral_error_m", "mean_abs_steering_rate", "mean_abs_steering_jerk", "pedal_switches")  # fmt: skip
+PRELOAD = ("s3.evaluate.evaluate", "s3.evaluate.policy_driver", "s3.sim.factory", "s3.sim.mujoco_car")
 
 
 def start_perturbation(seed: int, start_index: int, ep: EvaluateParams) -> tuple[float, float, float]:
@@ -68,81 +71,36 @@ def _ci(agg: dict[str, Any], key: str) -> dict[str, Any]:
     return {"mean": m["mean"], "ci95": m["ci95"], "n": m["n"]}
 
 
-def _retry_policy(params: Any) -> tuple[int, float]:
-    """(retries, first backoff in s) from the root params' collect section, else the defaults."""
-    c = getattr(params, "collect", None)
-    return (getattr(c, "retries", DEFAULT_RETRIES), getattr(c, "retry_backoff_s", DEFAULT_BACKOFF_S))
+@lru_cache(maxsize=4)
+def _track(cond: str):
+    return road_course(cond)  # type: ignore[arg-type]
 
 
-class _Simulator:
-    """The evaluation's simulator and the driver bound to it, remade after a lost connection."""
+def evaluation_run(sim_json: str, ep_json: str, factory: DriverFactory, cond: str, i: int, seed: int) -> tuple[dict[str, Any], RunResult, dict[str, Any]]:
+    """One run (an executor job): (its row of metrics, the run, the simulator's description).
 
-    def __init__(self, params: Any, driver_factory: DriverFactory, aids: DriverAidsParams | None = None) -> None:
-        self.params, self.driver_factory, self.aids = params, driver_factory, aids
-        self.retries, self.backoff_s = _retry_policy(params)
-        self.sim: SourceSim | None = None
-        self.driver: Driver | None = None
-        self.info: dict[str, Any] | None = None
+    A lost connection drops this process's simulator and raises SimulatorLost (the job is retried).
+    """
+    from s3.config import SimParams
 
-    def get(self) -> tuple[SourceSim, Driver]:
-        """The live simulator and driver (making them if needed; raises SimulatorLost)."""
-        if self.sim is None:
-            sim = make_sim(self.params.sim, self.aids)
-            self.sim, self.driver = sim, self.driver_factory(sim)
-            aids = self.aids.model_dump() if self.aids is not None and self.aids.enabled else None
-            self.info = self.info or {"name": sim.name, "version": sim.version, "control_dt": sim.control_dt, "driver_aids": aids}
-        assert self.driver is not None
-        return self.sim, self.driver
-
-    def drop(self) -> None:
-        sim, self.sim, self.driver = self.sim, None, None
-        if sim is not None:
-            try:
-                sim.close()
-            except Exception:
-                pass
-
-    def wait(self, attempt: int, what: str, error: str) -> None:
-        wait_s = min(self.backoff_s * 2.0**attempt, MAX_BACKOFF_S)
-        print(f"evaluate: {what}: {error.rstrip('.')}; retry {attempt + 1}/{self.retries} in {wait_s:g} s", file=sys.stderr, flush=True)
-        time.sleep(wait_s)
-
-    def connect(self) -> None:
-        """Make the first simulator, retrying a lost connection; raise the last error if it never comes."""
-        for attempt in range(self.retries + 1):
-            try:
-                self.get()
-                return
-            except SimulatorLost as e:
-                self.drop()
-                if attempt == self.retries:
-                    raise
-                self.wait(attempt, "connecting", str(e))
-
-    @property
-    def control_dt(self) -> float:
-        return float(self.info["control_dt"]) if self.info else float(self.params.sim.control_dt)
-
-    def run(self, what: str, **lap: Any) -> tuple[RunResult | None, int, str]:
-        """run_lap(sim, driver=driver, **lap), re-run while the connection is lost: (result or None, retries, last error)."""
-        error = ""
-        for attempt in range(self.retries + 1):
-            connected = False
-            try:
-                sim, driver = self.get()
-                connected = True
-                r = run_lap(sim, driver=driver, **lap)
-                if not r.lost:
-                    return r, attempt, error
-                error = r.error or "simulator lost"
-            except SimulatorLost as e:
-                error = str(e)
-            self.drop()
-            if not connected and attempt == self.retries:  # unreachable: the other runs would only wait too
-                raise SimulatorLost(f"{error} ({what}, {self.retries + 1} attempts)")
-            if attempt < self.retries:
-                self.wait(attempt, what, error)
-        return None, self.retries, error
+    sim_params, ep = SimParams.model_validate_json(sim_json), EvaluateParams.model_validate_json(ep_json)
+    sim = worker_sim(sim_params, ep.driver_aids)
+    track = _track(cond)
+    frac = ep.start_fractions[i]
+    d0, h0, v0 = start_perturbation(seed, i, ep)
+    t0 = time.perf_counter()
+    r = run_lap(sim, track, factory(sim), start_s=frac * track.length, start_d=d0, start_heading=h0, start_speed=v0,
+                max_seconds=ep.max_lap_seconds, judge=ep.judge)  # fmt: skip
+    if r.lost:
+        drop_worker_sim()
+        raise SimulatorLost(r.error or "simulator lost")
+    labelled = list(ICE_PATCHES) if cond == "ice" else []
+    m = run_metrics(r.trajectory, track, r.completed, r.lap_time, r.progress, sim.control_dt, ep.off_track_tolerance, labelled)
+    row = {"condition": cond, "start_index": i, "start_fraction": frac, "start_s": r.start_s, "seed": seed, "start_d": d0,
+           "start_heading": h0, "start_speed": v0, "reason": r.reason, "steps": r.steps, "error": r.error,
+           "wall_s": time.perf_counter() - t0, **m}  # fmt: skip
+    aids = ep.driver_aids.model_dump() if ep.driver_aids.enabled else None
+    return row, r, {"name": sim.name, "version": sim.version, "control_dt": sim.control_dt, "driver_aids": aids}
 
 
 def evaluate_driver(
@@ -160,59 +118,37 @@ def evaluate_driver(
     """
     ep = eval_params_of(params, eval_params)
     t_start = time.perf_counter()
-    simulator = _Simulator(params, driver_factory, ep.driver_aids)
-    simulator.connect()
-    results: dict[str, Any] = {}
-    kept: dict[str, list[tuple[dict[str, Any], RunResult]]] = {}
+    runs = [(cond, i, seed) for cond in ep.conditions for i in range(len(ep.start_fractions)) for seed in ep.seeds]
+    beamng = params.sim.backend == "beamng"
+    workers = 1 if beamng else ep.workers  # one BeamNG instance is one world
+    compute = getattr(params, "compute", None)
+    executor = LocalExecutor(workers, PRELOAD, compute.retry if compute is not None else RetryPolicy(), label="evaluate")
+    sim_json, ep_json = params.sim.model_dump_json(), ep.model_dump_json()
+    jobs = [Job(f"{cond} start {i} seed {seed}", evaluation_run, (sim_json, ep_json, driver_factory, cond, i, seed)) for cond, i, seed in runs]
+    try:
+        outcomes = executor.run(jobs)
+    finally:
+        drop_worker_sim()  # this process's, if the runs ran here
+    kept: dict[str, list[tuple[dict[str, Any], RunResult]]] = {cond: [] for cond in ep.conditions}
     lost: list[dict[str, Any]] = []
     retried: list[dict[str, Any]] = []
-    try:
-        for cond in ep.conditions:
-            track = road_course(cond)
-            labelled = list(ICE_PATCHES) if cond == "ice" else []
-            runs: list[dict[str, Any]] = []
-            kept[cond] = []
-            for i, frac in enumerate(ep.start_fractions):
-                for seed in ep.seeds:
-                    d0, h0, v0 = start_perturbation(seed, i, ep)
-                    t0 = time.perf_counter()
-                    where = {"condition": cond, "start_index": i, "seed": seed}
-                    r, retries, error = simulator.run(
-                        f"{cond} start {i} seed {seed}", track=track, start_s=frac * track.length, start_d=d0,
-                        start_heading=h0, start_speed=v0, max_seconds=ep.max_lap_seconds, judge=ep.judge,
-                    )  # fmt: skip
-                    if r is None:
-                        lost.append({**where, "attempts": retries + 1, "error": error})
-                        continue
-                    if retries:
-                        retried.append({**where, "retries": retries, "error": error})
-                    m = run_metrics(r.trajectory, track, r.completed, r.lap_time, r.progress, simulator.control_dt,
-                                    ep.off_track_tolerance, labelled)  # fmt: skip
-                    row = {
-                        "condition": cond,
-                        "start_index": i,
-                        "start_fraction": frac,
-                        "start_s": r.start_s,
-                        "seed": seed,
-                        "start_d": d0,
-                        "start_heading": h0,
-                        "start_speed": v0,
-                        "reason": r.reason,
-                        "steps": r.steps,
-                        "error": r.error,
-                        "wall_s": time.perf_counter() - t0,
-                        **m,
-                    }
-                    runs.append(row)
-                    kept[cond].append((row, r))
-            per_start = []
-            for i, frac in enumerate(ep.start_fractions):
-                sub = [r for r in runs if r["start_index"] == i]
-                per_start.append({"start_index": i, "start_fraction": frac, **aggregate(sub)})
-            results[cond] = {"track": track.name, "length_m": track.length, "aggregate": aggregate(runs),
-                             "per_start": per_start, "runs": runs}  # fmt: skip
-    finally:
-        simulator.drop()
+    info: dict[str, Any] | None = None
+    for (cond, i, seed), o in zip(runs, outcomes):
+        where = {"condition": cond, "start_index": i, "seed": seed}
+        if not o.ok:
+            lost.append({**where, "attempts": o.retries + 1, "error": o.error})
+            continue
+        if o.retries:
+            retried.append({**where, "retries": o.retries, "causes": o.causes})
+        row, r, info = o.value
+        kept[cond].append((row, r))
+    results: dict[str, Any] = {}
+    for cond in ep.conditions:
+        rows = [row for row, _ in kept[cond]]
+        per_start = [{"start_index": i, "start_fraction": frac, **aggregate([r for r in rows if r["start_index"] == i])}
+                     for i, frac in enumerate(ep.start_fractions)]  # fmt: skip
+        track = _track(cond)
+        results[cond] = {"track": track.name, "length_m": track.length, "aggregate": aggregate(rows), "per_start": per_start, "runs": rows}
     if lost:
         print(f"evaluate: {len(lost)} run(s) lost to the simulator connection, left out of the metrics (see {out_json})", file=sys.stderr, flush=True)
     summary: dict[str, Any] = {}
@@ -229,7 +165,7 @@ def evaluate_driver(
         "driver": name,
         "measured_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({platform.machine()}, {platform.system()})",
-        "simulator": simulator.info,
+        "simulator": info,
         "held_out_track": "road_course (built-in, never used for training or tuning)",
         "params": ep.model_dump(mode="json"),
         "summary": summary,
@@ -271,8 +207,8 @@ def _plots(name: str, kept: dict[str, list[tuple[dict[str, Any], RunResult]]], f
 
 
 BASELINES: dict[str, Any] = {
-    "pid": lambda ep: pid_factory(ep.pid),  # as configured (default: slows for the map's known ice)
-    "pid_blind": lambda ep: pid_factory(ep.pid.model_copy(update={"knows_ice": False})),  # no surface knowledge
+    "pid": lambda ep: PidFactory(ep.pid),  # as configured (default: slows for the map's known ice)
+    "pid_blind": lambda ep: PidFactory(ep.pid.model_copy(update={"knows_ice": False})),  # no surface knowledge
 }
 
 

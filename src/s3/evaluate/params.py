@@ -60,6 +60,7 @@ class EvaluateParams(_Section):
     perturb_lateral: float = Field(0.5, ge=0.0, le=3.0, description="uniform +- initial lateral offset (m)")
     perturb_heading: float = Field(0.05, ge=0.0, le=0.5, description="uniform +- initial heading error (rad)")
     perturb_speed: float = Field(1.0, ge=0.0, le=10.0, description="uniform +- initial speed (m/s)")
+    workers: int = Field(0, ge=0, le=256, description="runs at once, one simulator process each; 0 = one per core (BeamNG: always 1)")
     max_lap_seconds: float = Field(400.0, gt=1.0, le=7200.0, description="a lap not finished by then is a time-out")
     off_track_tolerance: float = Field(0.0, ge=-3.0, le=10.0, description="car centre this far beyond the road edge (m) still counts as on track")
     judge: JudgeParams = Field(default_factory=JudgeParams, description="when a run ends, in the source and inside a distilled model alike (s3.task.rules)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -82,20 +83,32 @@ class PolicyDriver:
         return Control(float(cmd[0]), float(cmd[1]), float(cmd[2]))
 
 
-def policy_factory(folder: str | Path, device: str = "cpu") -> DriverFactory:
-    """A DriverFactory for an exported policy in `folder` (policies/<family>/).
+class PolicyFactory:
+    """A DriverFactory for the exported policy in `folder` (policies/<name>/); picklable, loads on first use.
 
     Refuses a simulator whose control period differs from the one the policy was trained at.
     """
-    from s3.rl.export import as_callable, load_deployed, policy_env_params
 
-    module, meta = load_deployed(folder, device)
-    env_params = policy_env_params(meta)
-    recurrent = bool(meta["policy"]["recurrent"])
+    def __init__(self, folder: str | Path, device: str = "cpu") -> None:
+        self.folder, self.device = str(folder), device
+        self._loaded: tuple[Any, dict[str, Any], EnvParams] | None = None
 
-    def make(sim: SourceSim) -> PolicyDriver:
+    def __getstate__(self) -> dict[str, Any]:
+        return {"folder": self.folder, "device": self.device, "_loaded": None}
+
+    def __call__(self, sim: SourceSim) -> PolicyDriver:
+        from s3.rl.export import as_callable, load_deployed, policy_env_params
+
+        if self._loaded is None:
+            module, meta = load_deployed(self.folder, self.device)
+            self._loaded = (module, meta, policy_env_params(meta))
+        module, meta, env_params = self._loaded
         if abs(float(meta["dt"]) - sim.control_dt) > 1e-9:
-            raise ValueError(f"{folder}: policy trained at dt={meta['dt']} s, simulator steps {sim.control_dt} s")
+            raise ValueError(f"{self.folder}: policy trained at dt={meta['dt']} s, simulator steps {sim.control_dt} s")
+        recurrent = bool(meta["policy"]["recurrent"])
         return PolicyDriver(lambda: as_callable(module, recurrent), env_params)
 
-    return make
+
+def policy_factory(folder: str | Path, device: str = "cpu") -> DriverFactory:
+    """A DriverFactory for an exported policy in `folder` (policies/<family>/)."""
+    return PolicyFactory(folder, device)

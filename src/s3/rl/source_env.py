@@ -44,7 +44,7 @@ from s3.task.observation import Observer
 from s3.task.rules import TERMS, EndRules, Rules
 from s3.task.starts import Starts, sample_starts, start_pose
 from s3.tracks.track import Track
-from s3.workers import forkserver_context
+from s3.workers import exit_with_parent, forkserver_context
 from s3.workers import prestart as start_forkserver
 
 if TYPE_CHECKING:
@@ -117,8 +117,9 @@ def _row(st: Any) -> tuple[float, ...]:
     return (st.x, st.y, st.yaw, st.vx, st.vy, st.yaw_rate, st.steer)
 
 
-def _worker_main(conn: Connection, sim: SimParams, tracks: Sequence[Track], n_cars: int, aids: DriverAidsParams | None) -> None:
-    """Serve (method, args) requests until "close" or until the parent goes away."""
+def _worker_main(conn: Connection, sim: SimParams, tracks: Sequence[Track], n_cars: int, aids: DriverAidsParams | None, parent: int) -> None:
+    """Serve (method, args) requests until "close" or until process `parent` (the env's) goes away."""
+    exit_with_parent(parent)  # the executor's orphan watch (s3.workers): a killed trainer leaves no simulators
     worker = None
     try:
         worker = _SimWorker(sim, tracks, n_cars, aids)
@@ -169,7 +170,7 @@ class _Workers:
         try:
             for w, n in enumerate(counts):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker_main, args=(child, sim, list(tracks), int(n), aids), name=f"s3-source-{w}", daemon=True)
+                proc = ctx.Process(target=_worker_main, args=(child, sim, list(tracks), int(n), aids, os.getpid()), name=f"s3-source-{w}", daemon=True)
                 proc.start()
                 child.close()
                 self.procs.append(proc)

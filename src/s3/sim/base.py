@@ -65,8 +65,18 @@ class SimulatorLost(SimulatorError):
     """The connection to the simulator failed (refused, closed, timed out, garbled).
 
     Unlike a physics failure, which repeats deterministically, this may clear up with a fresh
-    connection: callers retry the episode (with backoff) before giving it up as lost.
+    connection: the job that met it is retried (s3.compute.retry) before it is given up as lost.
     """
+
+
+class SimulatorUnreachable(SimulatorLost):
+    """No simulator could be reached at all (nobody listening): once retries are spent, every
+    other job would only wait out its own, so the stage stops."""
+
+
+class SimulatorRejected(SimulatorError):
+    """The simulator answered and said no (an error reply to a request): it would say no again,
+    so it is never retried as if the connection were lost."""
 
 
 @runtime_checkable

@@ -31,3 +31,34 @@ def _bare_sim(params: SimParams) -> SourceSim:
 
         return BeamngSim(params.beamng, control_dt=params.control_dt)
     raise ValueError(f"sim.backend: unknown backend {params.backend!r}")
+
+
+_CACHED: tuple[str, SourceSim] | None = None
+
+
+def worker_sim(params: SimParams, aids: DriverAidsParams | None = None) -> SourceSim:
+    """This process's simulator for jobs (collection shards, evaluation runs): made once and
+    reused, remade when the params change or after `drop_worker_sim`. A simulator that cannot be
+    made (nobody listening) is `SimulatorUnreachable`."""
+    from s3.sim.base import SimulatorLost, SimulatorUnreachable
+
+    global _CACHED
+    key = params.model_dump_json() + (aids.model_dump_json() if aids is not None else "")
+    if _CACHED is None or _CACHED[0] != key:
+        drop_worker_sim()
+        try:
+            _CACHED = (key, make_sim(params, aids))
+        except SimulatorLost as e:
+            raise SimulatorUnreachable(str(e)) from None
+    return _CACHED[1]
+
+
+def drop_worker_sim() -> None:
+    """Close and forget this process's simulator (after a lost connection, or at the end of a stage)."""
+    global _CACHED
+    cached, _CACHED = _CACHED, None
+    if cached is not None:
+        try:
+            cached[1].close()
+        except Exception:  # a lost connection may not close cleanly: it is gone either way
+            pass

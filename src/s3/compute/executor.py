@@ -1,0 +1,204 @@
+"""One executor for a stage's independent jobs: collection shards, training seeds, evaluation runs.
+
+    ex = LocalExecutor(workers=2, preload=("s3.data.collect",), policy=RetryPolicy())
+    outcomes = ex.run([Job("shard 0", collect_shard, (params_json, 0)), ...], on_done=bar.advance)
+    for o in outcomes:                      # in job order, whatever order they finished in
+        o.value if o.ok else o.error        # o.retries, o.causes: what was retried and why
+
+Contract (any backend: this local pool, later Ray):
+- `fn` is an importable module-level function; args and result are picklable. A job must be a
+  pure function of its args (the same args give the same result), so a retried or re-routed job
+  changes nothing: results do not depend on the backend or the number of workers.
+- Results come back in job order. `on_done(index, outcome)` is called in this process as each
+  job finishes (progress, writing outputs); only this process writes into the workspace.
+- Retries happen here and nowhere else (s3.compute.retry): a job that raises a retriable failure
+  (lost simulator) or whose worker process died is re-run; a non-retriable failure stops the
+  stage (raised from `run`); a job whose retries are spent is returned as failed (`ok` False),
+  except that an unreachable simulator stops the stage.
+- Affinity: jobs with the same `affinity` (e.g. one simulator instance) never run at once.
+
+Local backend. `workers == 1` runs the jobs in this process, one after another (no process
+start-up; a job that kills its process kills the stage). Otherwise they run in a process pool
+whose workers fork from a forkserver that imported `preload` once and end with this process
+(s3.workers); each job runs under this process's environment as it is when the job is submitted
+(the server's own is the one it started with). When a worker dies the pool breaks and every job in flight fails with it; those
+jobs are re-run one at a time in a pool of their own, so that a death there is charged to the
+job that caused it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Any
+
+from s3.compute.retry import RetryPolicy, WorkerDied, describe
+from s3.workers import exit_with_parent, forkserver_context, prestart
+
+
+@dataclass(frozen=True)
+class Job:
+    """fn(*args) somewhere; `name` for messages; `affinity`: a resource it must not share."""
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    affinity: str | None = None
+
+
+@dataclass
+class Outcome:
+    """What became of one job: its value, or the error that ended its last attempt."""
+
+    name: str
+    value: Any = None
+    error: str | None = None
+    retries: int = 0
+    causes: list[str] = field(default_factory=list)  # why each retry happened
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class LocalExecutor:
+    """Jobs in this process (workers == 1) or in a local process pool (see the module docstring)."""
+
+    def __init__(self, workers: int = 0, preload: Sequence[str] = (), policy: RetryPolicy | None = None, label: str = "s3") -> None:
+        self.workers = max(1, int(workers) or (os.cpu_count() or 1))
+        self.preload, self.policy, self.label = tuple(preload), policy or RetryPolicy(), label
+
+    def say(self, msg: str) -> None:
+        print(f"{self.label}: {msg}", file=sys.stderr, flush=True)
+
+    def run(self, jobs: Sequence[Job], on_done: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
+        out: list[Outcome | None] = [None] * len(jobs)
+
+        def finish(i: int, o: Outcome) -> None:
+            out[i] = o
+            if on_done is not None:
+                on_done(i, o)
+
+        if self.workers == 1:
+            for i, job in enumerate(jobs):
+                finish(i, self._in_process(job))
+        elif jobs:
+            self._in_pool(jobs, finish)
+        return [o for o in out if o is not None]
+
+    # ------------------------------------------------------------------ in this process
+    def _in_process(self, job: Job) -> Outcome:
+        o = Outcome(job.name)
+
+        def on_retry(attempt: int, error: BaseException, wait_s: float) -> None:
+            o.causes.append(describe(error))
+            self.say(f"{job.name}: {error}; retry {attempt}/{self.policy.retries} in {wait_s:g} s")
+
+        try:
+            o.value, o.retries = self.policy.call(lambda: job.fn(*job.args), on_retry)
+        except BaseException as e:
+            return self._given_up(job, o, e, self.policy.retries + 1)
+        return o
+
+    def _given_up(self, job: Job, o: Outcome, error: BaseException, attempts: int) -> Outcome:
+        """A job's last attempt failed: stop the stage, or report the job failed."""
+        if self.policy.fatal(error):
+            if self.policy.retriable(error):  # an unreachable simulator, still so on the last attempt
+                raise type(error)(f"{error} ({job.name}, {attempts} attempts)") from None
+            raise error
+        o.error, o.retries = f"{error}", attempts - 1
+        o.causes.append(describe(error))
+        return o
+
+    # ------------------------------------------------------------------ in a process pool
+    def _in_pool(self, jobs: Sequence[Job], finish: Callable[[int, Outcome], None]) -> None:
+        ctx = forkserver_context(self.preload)
+        prestart(ctx)
+        fresh, suspects = deque(range(len(jobs))), deque[int]()
+        outcomes = {i: Outcome(jobs[i].name) for i in range(len(jobs))}
+        attempts = dict.fromkeys(range(len(jobs)), 0)
+        not_before = dict.fromkeys(range(len(jobs)), 0.0)  # backoff: monotonic time of the next attempt
+        while fresh or suspects:
+            alone = bool(suspects)  # after a pool broke: one job at a time, to charge a death to its job
+            queue = suspects if alone else fresh
+            width = 1 if alone else min(self.workers, len(fresh))
+            broken: list[int] = []
+            with ProcessPoolExecutor(max_workers=width, mp_context=ctx, initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
+                running: dict[Future[Any], int] = {}
+                while (queue and not broken) or running:
+                    busy = {jobs[i].affinity for i in running.values()} - {None}
+                    ready = [i for i in queue if jobs[i].affinity not in busy and not_before[i] <= time.monotonic()]
+                    for i in ready:
+                        if broken or len(running) >= width or jobs[i].affinity in busy:
+                            continue
+                        queue.remove(i)
+                        attempts[i] += 1
+                        running[pool.submit(_in_worker, dict(os.environ), jobs[i].fn, jobs[i].args)] = i
+                        busy |= {jobs[i].affinity} - {None}
+                    if not running:  # everything left waits out a backoff
+                        time.sleep(max(0.0, min(not_before[i] for i in queue) - time.monotonic()))
+                        continue
+                    done, _ = wait(running, timeout=self._next_wake(queue, not_before), return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        i = running.pop(fut)
+                        try:
+                            outcomes[i].value = fut.result()
+                        except BrokenProcessPool:
+                            broken.append(i)
+                            continue
+                        except BaseException as e:  # the job's own failure
+                            if self._retry(jobs[i], outcomes[i], e, attempts[i]):
+                                not_before[i] = time.monotonic() + self.policy.wait_s(attempts[i])
+                                queue.append(i)
+                                continue
+                            finish(i, self._given_up(jobs[i], outcomes[i], e, attempts[i]))
+                            continue
+                        finish(i, outcomes[i])
+            if not alone:
+                if broken:
+                    self.say(f"a worker process died; re-running {', '.join(jobs[i].name for i in sorted(broken))} one at a time")
+                for i in sorted(broken):
+                    attempts[i] -= 1  # a shared pool's death is not (yet) charged to any one job
+                    outcomes[i].retries += 1
+                    outcomes[i].causes.append("worker process died")
+                suspects.extend(sorted(broken))
+                continue
+            for i in broken:
+                died = WorkerDied(f"worker process died {attempts[i]} time{'s' if attempts[i] > 1 else ''}")
+                if attempts[i] <= self.policy.retries:
+                    outcomes[i].retries += 1
+                    outcomes[i].causes.append("worker process died")
+                    wait_s = self.policy.wait_s(attempts[i])
+                    self.say(f"{jobs[i].name}: worker process died; retry {attempts[i]}/{self.policy.retries} in {wait_s:g} s")
+                    not_before[i] = time.monotonic() + wait_s
+                    suspects.appendleft(i)
+                else:
+                    finish(i, self._given_up(jobs[i], outcomes[i], died, attempts[i]))
+
+    def _retry(self, job: Job, o: Outcome, error: BaseException, attempt: int) -> bool:
+        """Whether a job that raised `error` on attempt `attempt` runs again."""
+        if not self.policy.retriable(error) or attempt > self.policy.retries:
+            return False
+        o.retries += 1
+        o.causes.append(describe(error))
+        self.say(f"{job.name}: {error}; retry {attempt}/{self.policy.retries} in {self.policy.wait_s(attempt):g} s")
+        return True
+
+    @staticmethod
+    def _next_wake(queue: deque[int], not_before: dict[int, float]) -> float | None:
+        waiting = [not_before[i] for i in queue if not_before[i] > time.monotonic()]
+        return max(0.0, min(waiting) - time.monotonic()) if waiting else None
+
+
+def _in_worker(environ: dict[str, str], fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """Run a job in a pool worker under the submitting process's environment."""
+    if environ != os.environ:
+        os.environ.clear()
+        os.environ.update(environ)
+    return fn(*args)

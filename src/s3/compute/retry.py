@@ -1,0 +1,80 @@
+"""The one retry policy: which failures are retried, how often, and how long to wait.
+
+A job (a collection shard, an evaluation run, a training seed) is the only unit that is retried,
+and only for failures that may clear up: a lost simulator connection (`SimulatorLost`) or a
+worker process that died (`WorkerDied`). Everything else repeats deterministically and is not
+retried: a physics failure, a bug, and a simulator that answered with an error
+(`SimulatorRejected`). Attempt k + 1 waits `backoff_s * 2**k` seconds, at most `max_backoff_s`
+(tenacity's exponential wait). When the retries are spent the job is reported lost, except that a
+simulator nobody could reach at all (`SimulatorUnreachable`) stops the stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import tenacity
+from pydantic import BaseModel, ConfigDict, Field
+
+from s3.sim.base import SimulatorLost, SimulatorRejected, SimulatorUnreachable
+
+T = TypeVar("T")
+
+
+class WorkerDied(RuntimeError):
+    """The worker process running a job ended without an answer (killed, crashed, os._exit)."""
+
+
+class RetryPolicy(BaseModel):
+    """The `compute.retries` / `compute.retry_backoff_s` params: one policy for every stage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    retries: int = Field(3, ge=0, le=20, description="extra attempts for a job whose simulator connection or worker process was lost")
+    retry_backoff_s: float = Field(1.0, ge=0.0, le=600.0, description="wait before the first retry (s); doubles with each further retry")
+    max_backoff_s: float = Field(60.0, ge=0.0, le=3600.0, description="longest wait between two attempts (s)")
+
+    def retriable(self, error: BaseException) -> bool:
+        """Whether this failure may clear up on another attempt."""
+        return isinstance(error, (SimulatorLost, WorkerDied)) and not isinstance(error, SimulatorRejected)
+
+    def fatal(self, error: BaseException) -> bool:
+        """Whether this failure, on a job's last attempt, stops the stage rather than losing the job."""
+        return isinstance(error, SimulatorUnreachable) or not self.retriable(error)
+
+    def wait_s(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt `attempt` (1-based) before the next."""
+        wait = tenacity.wait_exponential(multiplier=self.retry_backoff_s, exp_base=2, min=0, max=self.max_backoff_s)
+        return float(wait(_State(attempt))) if self.retry_backoff_s > 0 else 0.0
+
+    def call(self, fn: Callable[[], T], on_retry: Callable[[int, BaseException, float], None] | None = None) -> tuple[T, int]:
+        """fn() with this policy in this process: (its value, retries used); the last failure propagates."""
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.retries + 1),
+            wait=lambda state: self.wait_s(state.attempt_number),
+            retry=tenacity.retry_if_exception(self.retriable),
+            before_sleep=(lambda s: on_retry(s.attempt_number, s.outcome.exception(), s.upcoming_sleep)) if on_retry else None,
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                value = fn()
+            n = attempt.retry_state.attempt_number
+        return value, n - 1
+
+
+class _State:
+    """The piece of tenacity's RetryCallState that its wait strategies read."""
+
+    def __init__(self, attempt_number: int) -> None:
+        self.attempt_number = attempt_number
+
+
+def describe(error: BaseException) -> str:
+    """One line for a manifest or a log: the failure's cause."""
+    if isinstance(error, WorkerDied):
+        return "worker process died"
+    if isinstance(error, SimulatorLost):
+        return "simulator lost"
+    return type(error).__name__

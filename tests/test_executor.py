@@ -1,0 +1,110 @@
+"""The executor and the one retry policy: order, retries, worker deaths, affinity, what stops a stage."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from s3.compute.executor import Job, LocalExecutor
+from s3.compute.retry import RetryPolicy
+from s3.sim.base import SimulatorLost, SimulatorRejected, SimulatorUnreachable
+
+FAST = RetryPolicy(retries=2, retry_backoff_s=0.01)
+
+
+def _attempt(folder: str, name: str) -> int:
+    """Count this call in `folder` (files survive a worker's death); returns the attempt number."""
+    k = sum(1 for f in os.listdir(folder) if f.startswith(name + ".")) + 1
+    Path(folder, f"{name}.{k}").touch()
+    return k
+
+
+def slow_square(x: int) -> int:
+    time.sleep(0.02 * (4 - x))  # the first jobs finish last
+    return x * x
+
+
+def flaky(folder: str, name: str, fail: int) -> str:
+    if _attempt(folder, name) <= fail:
+        raise SimulatorLost(f"{name} dropped")
+    return name
+
+
+def dies(folder: str, name: str, times: int) -> str:
+    if _attempt(folder, name) <= times:
+        os._exit(70)
+    return name
+
+
+def says_no(folder: str) -> None:
+    _attempt(folder, "no")
+    raise SimulatorRejected("bngError: no such vehicle")
+
+
+def nobody_there(folder: str) -> None:
+    _attempt(folder, "gone")
+    raise SimulatorUnreachable("cannot reach BeamNG.tech at 127.0.0.1:1")
+
+
+def interval(folder: str, name: str) -> tuple[float, float]:
+    t0 = time.monotonic()
+    time.sleep(0.15)
+    return t0, time.monotonic()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_results_come_back_in_job_order(workers: int) -> None:
+    done = []
+    out = LocalExecutor(workers, policy=FAST).run([Job(f"x{x}", slow_square, (x,)) for x in range(4)], lambda i, o: done.append(i))
+    assert [o.value for o in out] == [0, 1, 4, 9] and all(o.ok and o.retries == 0 for o in out)
+    assert sorted(done) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_lost_simulator_is_retried_then_given_up_as_failed(workers: int, tmp_path: Path) -> None:
+    jobs = [Job("a", flaky, (str(tmp_path), "a", 1)), Job("b", flaky, (str(tmp_path), "b", 5)), Job("c", flaky, (str(tmp_path), "c", 0))]
+    a, b, c = LocalExecutor(workers, policy=FAST).run(jobs)
+    assert a.ok and a.value == "a" and a.retries == 1 and a.causes == ["simulator lost"]
+    assert not b.ok and "b dropped" in b.error and b.retries == 2 and len(list(tmp_path.glob("b.*"))) == 3  # 1 + retries
+    assert c.ok and c.retries == 0
+
+
+def test_a_dead_worker_costs_only_its_job(tmp_path: Path) -> None:
+    jobs = [Job(n, dies, (str(tmp_path), n, t)) for n, t in (("once", 1), ("never", 0), ("always", 9))]
+    once, never, always = LocalExecutor(2, policy=FAST).run(jobs)
+    assert once.ok and once.value == "once" and "worker process died" in once.causes
+    assert never.ok and never.value == "never"
+    assert not always.ok and "worker process died 3 times" in always.error  # charged to it alone: 1 + 2 retries
+    assert len(list(tmp_path.glob("always.*"))) >= 3
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_rejected_request_is_not_retried_and_stops_the_stage(workers: int, tmp_path: Path) -> None:
+    with pytest.raises(SimulatorRejected, match="no such vehicle"):
+        LocalExecutor(workers, policy=FAST).run([Job("no", says_no, (str(tmp_path),))])
+    assert len(list(tmp_path.glob("no.*"))) == 1
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_unreachable_simulator_stops_the_stage_after_its_retries(workers: int, tmp_path: Path) -> None:
+    with pytest.raises(SimulatorUnreachable, match=r"cannot reach BeamNG.tech .*3 attempts"):
+        LocalExecutor(workers, policy=FAST).run([Job("gone", nobody_there, (str(tmp_path),))])
+    assert len(list(tmp_path.glob("gone.*"))) == 3
+
+
+def test_jobs_with_one_affinity_never_overlap(tmp_path: Path) -> None:
+    jobs = [Job(f"j{k}", interval, (str(tmp_path), f"j{k}"), affinity="beamng-0" if k < 3 else None) for k in range(4)]
+    out = [o.value for o in LocalExecutor(2, policy=FAST).run(jobs)]
+    pinned = sorted(out[:3])
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(pinned))  # one after another
+    assert any(o[0] < p[1] and p[0] < o[1] for o in out[3:] for p in pinned)  # the free job ran beside them
+
+
+def test_backoff_doubles_up_to_its_cap() -> None:
+    p = RetryPolicy(retries=5, retry_backoff_s=1.5, max_backoff_s=10.0)
+    assert [p.wait_s(k) for k in range(1, 6)] == [1.5, 3.0, 6.0, 10.0, 10.0]
+    assert RetryPolicy(retry_backoff_s=0.0).wait_s(3) == 0.0

@@ -53,7 +53,7 @@ def test_repro_runs_every_stage_then_skips(quick: dict) -> None:
         assert json.loads((ws / "metrics/distill" / f"{f}.json").read_text())["family"] == f
         assert (ws / "plots/distill" / f"{f}_error_vs_horizon.png").exists()
     for name in POLICIES:
-        assert (ws / "policies" / name / "policy.ts").exists()
+        assert (ws / "policies" / name / "policy.onnx").exists()
         ev = json.loads((ws / "metrics/eval" / f"{name}.json").read_text())
         assert set(ev["summary"]) == {"nominal", "ice"}
         assert ("transfer_gap" in ev) == (name != "direct")

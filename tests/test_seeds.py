@@ -11,7 +11,7 @@ import torch
 from test_train import TINY  # pytest puts tests/ on sys.path; the fixtures are in conftest.py
 
 from s3.dynamics.checkpoint import save_checkpoint
-from s3.rl.export import SCRIPT, WEIGHTS
+from s3.rl.export import EXPORT, WEIGHTS
 from s3.rl.params import TrainParams
 from s3.rl.seeds import CANDIDATES, _finished, seed_workers, train_seeds
 
@@ -42,7 +42,7 @@ def test_best_seed_is_kept_with_every_candidate_beside_it(two_seeds) -> None:
     # one shared set of validation tracks (those of train.seed), so the scores compare
     assert metas[1]["validation"]["track_seeds"] == metas[2]["validation"]["track_seeds"]
     assert (final / WEIGHTS).read_bytes() == (final / "seeds" / f"seed{best}" / WEIGHTS).read_bytes()
-    assert (final / SCRIPT).read_bytes() == (final / "seeds" / f"seed{best}" / SCRIPT).read_bytes()
+    assert (final / EXPORT).read_bytes() == (final / "seeds" / f"seed{best}" / EXPORT).read_bytes()
     assert (final / WEIGHTS).read_bytes() != (final / "seeds" / f"seed{3 - best}" / WEIGHTS).read_bytes()
     meta = json.loads((final / "policy.json").read_text())
     assert meta["seed_selection"]["selected_seed"] == best and meta["params"]["seed"] == best

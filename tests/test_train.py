@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -13,7 +14,7 @@ from tensordict import TensorDict
 from s3.dynamics.checkpoint import save_checkpoint
 from s3.rl.bench import bench_env
 from s3.rl.env import DistilledEnv
-from s3.rl.export import SCRIPT, WEIGHTS, as_callable, deployable, load_actor, load_exported, load_policy_fn, save_policy
+from s3.rl.export import EXPORT, WEIGHTS, deployable, load_actor, load_policy_fn, save_policy
 from s3.rl.params import EnvParams, PPOParams, TrainParams
 from s3.rl.ppo import make_runner, quiet
 from s3.rl.train import kept_index, train, train_policy
@@ -62,7 +63,7 @@ def _mean_step_reward(env: DistilledEnv, policy, steps: int = 60) -> float:
 def test_tiny_ppo_beats_random_and_writes_policy_files(trained, bicycle, tracks) -> None:
     root, summary = trained["root"], trained["summary"]
     folder = root / "policies" / "bicycle"
-    for name in (WEIGHTS, SCRIPT, "policy.json"):
+    for name in (WEIGHTS, EXPORT, "policy.json"):
         assert (folder / name).stat().st_size > 0
     assert (root / "plots" / "bicycle.png").stat().st_size > 0
     assert json.loads((root / "metrics" / "bicycle.json").read_text())["family"] == "bicycle"
@@ -238,8 +239,36 @@ def test_oracle_with_one_seed_trains_in_its_family_model_named_for_itself(bicycl
     assert json.loads((root / "metrics" / "oracle.json").read_text())["policy"] == "oracle"
 
 
+def _onnx_policy(path):
+    """policy.onnx as a numpy callable, read with onnx's reference evaluator only: no s3 class, no
+    torch, no rsl_rl (a GRU's state starts at zeros of the shape the model's metadata gives)."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    model = onnx.load(str(path))
+    assert {o.domain for o in model.opset_import} <= {"", "ai.onnx"}  # standard operators only
+    props = {p.key: p.value for p in model.metadata_props}
+    run = ReferenceEvaluator(model)
+    names = [i.name for i in model.graph.input]
+    state: dict = {}
+
+    def act(obs):
+        if names == ["obs"]:
+            return run.run(None, {"obs": obs})[0]
+        if "h" not in state or state["h"].shape[1] != obs.shape[0]:
+            layers, _, hidden = json.loads(props["s3.state_shape"])
+            state["h"] = np.zeros((layers, obs.shape[0], hidden), np.float32)
+        cmd, state["h"] = run.run(None, {"obs": obs, "h": state["h"]})
+        return cmd
+
+    return act
+
+
 @pytest.mark.parametrize(("kind", "steer_full_speed"), [("mlp", 0.0), ("mlp", 6.0), ("gru", 6.0)])
 def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_path, kind: str, steer_full_speed: float) -> None:
+    """policy.onnx, run without s3, gives the in-memory actor's commands (normaliser, mean action, clip,
+    command map with speed-sensitive steering, and a GRU's state carried over steps); the export is
+    byte-stable (the same weights twice, in one process, give the same bytes)."""
     env_params = EnvParams(num_envs=16, surface_label=kind == "gru", steer_full_speed=steer_full_speed)
     env = DistilledEnv(bicycle, tracks, env_params, seed=0)
     ppo = PPOParams(policy=kind, actor_hidden=[32, 32], critic_hidden=[32], rnn_hidden=16, num_steps_per_env=8, learning_epochs=1, mini_batches=1)
@@ -254,11 +283,16 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
         "policy": {"recurrent": kind == "gru", "num_actions": 2, "actor_cfg": runner.cfg["actor"]},
         "params": {"env": env_params.model_dump()},
     }
-    save_policy(tmp_path, actor, runner.alg.critic, meta)
-    scripted, _ = load_exported(tmp_path)
-    rebuilt, _ = load_actor(tmp_path)
-    exported = as_callable(scripted, kind == "gru")
-    deployed = load_policy_fn(tmp_path)[0]  # what evaluation drives: rebuilt from the weights, map from policy.json
+    save_policy(tmp_path / "a", actor, runner.alg.critic, meta)
+    save_policy(tmp_path / "b", actor, runner.alg.critic, meta)
+    for name in (WEIGHTS, EXPORT, "policy.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    saved = json.loads((tmp_path / "a" / "policy.json").read_text())
+    assert saved["policy"]["export"]["file"] == EXPORT
+    assert saved["policy"]["export"]["inputs"] == (["obs", "h"] if kind == "gru" else ["obs"])
+    exported = _onnx_policy(tmp_path / "a" / EXPORT)
+    rebuilt, _ = load_actor(tmp_path / "a")
+    deployed = load_policy_fn(tmp_path / "a")[0]  # what evaluation drives: rebuilt from the weights, map from policy.json
     actor.reset()
     rebuilt.reset()
     obs = env.reset()["policy"]
@@ -268,11 +302,12 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
             td = TensorDict({"policy": obs}, batch_size=[obs.shape[0]])
             mem = policy_to_command(actor(td), obs[:, 0], steer_full_speed)
             again = policy_to_command(rebuilt(td), obs[:, 0], steer_full_speed)
-            out = exported(obs)
             dep = deployed(obs)
+        out = torch.from_numpy(exported(obs.numpy()))
         assert torch.allclose(out, mem, atol=1e-5) and torch.allclose(again, mem, atol=1e-5) and torch.allclose(dep, mem, atol=1e-5)
         assert ((out[:, 1:] >= 0) & (out[:, 1:] <= 1)).all() and (out[:, 0].abs() <= 1).all()
         obs = env.step(out)[0]["policy"]
+    assert exported(obs[:3].numpy()).shape == (3, 3)  # any batch size
     assert isinstance(deployable(actor), torch.nn.Module)
 
 

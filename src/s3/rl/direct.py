@@ -2,10 +2,10 @@
 
     train_direct(params, out_dir, plots_dir, metrics_dir, budget_s=None, run_id=None) -> summary
 writes
-    <out_dir>/direct/policy.safetensors, policy.ts, policy.json   (s3.rl.export; loads with
-                                                                  s3.evaluate.policy_driver.policy_factory)
-    <plots_dir>/direct.png                                        (learning curve)
-    <metrics_dir>/direct.json                                     (budget, throughput, curve, validation)
+    <out_dir>/direct/policy.safetensors, policy.onnx, policy.json   (s3.rl.export; loads with
+                                                                    s3.evaluate.policy_driver.policy_factory)
+    <plots_dir>/direct.png                                          (learning curve)
+    <metrics_dir>/direct.json                                       (budget, throughput, curve, validation)
 
 This is the efficiency comparison: the same wall clock that one family spends on distill + train
 (`train.direct.budget_s`, ~600 s on two cores) spent on PPO in the slow source simulator instead.
@@ -329,8 +329,6 @@ def _finish(
                 "type": ppo.policy,
                 "recurrent": ppo.policy == "gru",
                 "num_actions": env.num_actions,
-                "export": "policy.ts",
-                "signature": "cmd[B,3] = policy(obs[B,D])" if ppo.policy == "mlp" else "cmd[B,3], h = policy(obs[B,D], h); h0 = policy.initial_state(B)",
                 "actor_cfg": runner.cfg["actor"],
                 "critic_cfg": runner.cfg["critic"],
             },

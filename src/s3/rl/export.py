@@ -2,24 +2,30 @@
 
 policies/<family>/
     policy.safetensors   actor + critic weights (keys "actor.*", "critic.*"), normaliser included
-    policy.ts            TorchScript: the deterministic actor, loadable without s3 or rsl_rl
+    policy.onnx          ONNX (opset 18): the deterministic actor, loadable without s3, rsl_rl or torch
     policy.json          obs layout, action spec, params, validation score, training summary
 
-The TorchScript module maps obs [B, D] (float32, the layout in policy.json) to the command
-[B, 3] = (steering_cmd in [-1, 1], throttle_cmd in [0, 1], brake_cmd in [0, 1]):
-    MLP:  cmd = policy(obs)
-    GRU:  cmd, h = policy(obs, h)      with h = policy.initial_state(B) at the start of an episode
+The exported graph maps obs [B, D] (float32, the layout in policy.json) to the command
+[B, 3] = (steering_cmd in [-1, 1], throttle_cmd in [0, 1], brake_cmd in [0, 1]), any batch size B:
+    MLP:  inputs (obs)      outputs (cmd)
+    GRU:  inputs (obs, h)   outputs (cmd, h_next)   h, h_next [L, B, H] float32; h = zeros at the
+          start of an episode, then the previous call's h_next (L, H: policy.json "export", and the
+          model's metadata "s3.state_shape")
 It applies the running observation normaliser learned in training, takes the Gaussian's mean,
 clips it to [-1, 1]^2 and maps (steer, longitudinal) onto the command (s3.task.actions, with the
-speed-sensitive steering the policy trained under, read from its observation's vx).
+speed-sensitive steering the policy trained under, read from its observation's vx = obs[:, 0]).
+The file is byte-stable: the same weights give the same bytes (no stack traces, paths or dates).
+Why ONNX and not torch.export's .pt2: docs/decisions/policy-export.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +36,9 @@ from torch import Tensor, nn
 from s3.io import atomic_path, write_json_atomic
 from s3.task.actions import policy_to_command
 
-WEIGHTS, SCRIPT, META = "policy.safetensors", "policy.ts", "policy.json"
+WEIGHTS, EXPORT, META = "policy.safetensors", "policy.onnx", "policy.json"
+OPSET = 18  # the oldest opset torch's exporter writes natively (its default is 20): read by onnxruntime >= 1.14 and other current runtimes
+EXPORT_FORMAT = "s3-policy-onnx-1"
 
 
 class DeployedPolicy(nn.Module):
@@ -62,7 +70,6 @@ class DeployedRecurrentPolicy(nn.Module):
         x, h1 = self.gru(self.normalizer(obs).unsqueeze(0), h)
         return policy_to_command(self.mlp(x.squeeze(0)), obs[:, 0], self.steer_full_speed), h1
 
-    @torch.jit.export
     def initial_state(self, batch: int) -> Tensor:
         return torch.zeros(self.num_layers, batch, self.hidden_size, device=self.mlp[0].weight.device)
 
@@ -82,7 +89,7 @@ def deployable(actor: nn.Module, steer_full_speed: float = 0.0) -> nn.Module:
     return DeployedPolicy(actor, steer_full_speed).eval()
 
 
-def as_callable(module: nn.Module | torch.jit.ScriptModule, recurrent: bool) -> Callable[[Tensor], Tensor]:
+def as_callable(module: nn.Module, recurrent: bool) -> Callable[[Tensor], Tensor]:
     """A stateful obs -> command callable (a GRU's state starts at zero: make one per episode batch)."""
     if not recurrent:
         return lambda obs: module(obs)
@@ -98,36 +105,130 @@ def as_callable(module: nn.Module | torch.jit.ScriptModule, recurrent: bool) -> 
     return act
 
 
+def export_spec(module: nn.Module) -> dict[str, Any]:
+    """How to call the exported graph of `module` (a DeployedPolicy or DeployedRecurrentPolicy): policy.json's "export"."""
+    spec: dict[str, Any] = {"file": EXPORT, "format": EXPORT_FORMAT, "opset": OPSET, "inputs": ["obs"], "outputs": ["cmd"]}
+    if isinstance(module, DeployedRecurrentPolicy):
+        spec.update(
+            inputs=["obs", "h"],
+            outputs=["cmd", "h_next"],
+            state_shape=[module.num_layers, "B", module.hidden_size],
+            signature="cmd[B,3], h_next[L,B,H] = policy(obs[B,D], h[L,B,H]); h = zeros at an episode start, then h_next",
+        )
+    else:
+        spec["signature"] = "cmd[B,3] = policy(obs[B,D])"
+    return spec
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Silence the exporter's notes (torchvision ops it skips, deprecations inside torch.export)."""
+    lg = logging.getLogger("torch.onnx")
+    level = lg.level
+    lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        lg.setLevel(level)
+
+
+def export_onnx(module: nn.Module, obs_dim: int) -> bytes:
+    """The ONNX bytes of a deployable module (CPU, eval mode), batch size dynamic, byte-stable.
+
+    The exporter records where each node came from (Python stack traces with absolute paths,
+    FX node names): that provenance is stripped, so the bytes depend on the weights only.
+    """
+    import onnx
+
+    spec = export_spec(module)
+    batch = torch.export.Dim("batch")
+    obs = torch.zeros(2, obs_dim)
+    recurrent = isinstance(module, DeployedRecurrentPolicy)
+    args = (obs, module.initial_state(2)) if recurrent else (obs,)
+    shapes = ({0: batch}, {1: batch}) if recurrent else ({0: batch},)
+    with _quiet_exporter():
+        program = torch.onnx.export(
+            module.eval(), args, dynamo=True, opset_version=OPSET, dynamic_shapes=shapes,
+            input_names=spec["inputs"], output_names=spec["outputs"], verbose=False,
+        )  # fmt: skip
+    model = program.model_proto
+    _canonical_names(model.graph, keep={*spec["inputs"], *spec["outputs"], *module.state_dict()})
+    _strip_provenance(model.graph)
+    del model.metadata_props[:]
+    model.doc_string = ""
+    meta = {"s3.format": EXPORT_FORMAT, "s3.signature": spec["signature"], "s3.obs_dim": str(obs_dim)}
+    if recurrent:
+        meta["s3.state_shape"] = json.dumps(spec["state_shape"])
+    onnx.helper.set_model_props(model, meta)
+    onnx.checker.check_model(model, full_check=True)
+    return model.SerializeToString(deterministic=True)
+
+
+def _canonical_names(graph: Any, keep: set[str]) -> None:
+    """Rename the exporter's generated value and node names (process-wide counters: a second
+    export in one process numbers them differently) by order of first use; `keep` stays."""
+    if any(a.HasField("g") or len(a.graphs) for n in graph.node for a in n.attribute):
+        raise ValueError("export: a graph with subgraphs (If, Loop, Scan) is not supported")
+    order: dict[str, int] = {}
+    for node in graph.node:
+        for name in (*node.input, *node.output):
+            if name:
+                order.setdefault(name, len(order))
+    new = {name: f"v{i}" for name, i in order.items() if name not in keep}
+    if set(new.values()) & keep:
+        raise ValueError("export: a kept name collides with a generated one")
+    for i, node in enumerate(graph.node):
+        node.name = f"n{i}"
+        node.input[:] = [new.get(x, x) for x in node.input]
+        node.output[:] = [new.get(x, x) for x in node.output]
+    last = len(order)
+    for items in (graph.initializer, graph.value_info):
+        ranked = sorted(items, key=lambda v: (order.get(v.name, last), v.name))
+        for v in ranked:
+            v.name = new.get(v.name, v.name)
+        copies = [type(v)() for v in ranked]
+        for c, v in zip(copies, ranked):
+            c.CopyFrom(v)
+        del items[:]
+        items.extend(copies)
+
+
+def _strip_provenance(graph: Any) -> None:
+    """Drop doc strings and metadata (stack traces with absolute paths, FX node names)."""
+    graph.doc_string = ""
+    del graph.metadata_props[:]
+    for v in (*graph.input, *graph.output, *graph.value_info, *graph.initializer):
+        v.doc_string = ""
+        del v.metadata_props[:]
+    for node in graph.node:
+        node.doc_string = ""
+        del node.metadata_props[:]
+
+
 def save_policy(folder: str | Path, actor: nn.Module, critic: nn.Module, meta: dict[str, Any]) -> Path:
-    """Write weights, the TorchScript export and the JSON (each atomically); returns the folder."""
+    """Write weights, the ONNX export and the JSON (each atomically); returns the folder.
+
+    policy.json is `meta` plus meta["policy"]["export"] (export_spec): how to call policy.onnx.
+    """
     folder = Path(folder)
     state = {f"actor.{k}": v.detach().cpu().contiguous() for k, v in actor.state_dict().items()}
     state.update({f"critic.{k}": v.detach().cpu().contiguous() for k, v in critic.state_dict().items()})
     with atomic_path(folder / WEIGHTS) as tmp:
         save_file(state, str(tmp), metadata={"format": "s3-policy-1"})
     module = deployable(actor, saved_steer_full_speed(meta)).cpu()  # deployable copies the submodules it needs
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        scripted = torch.jit.script(module)
-        with atomic_path(folder / SCRIPT) as tmp:
-            scripted.save(str(tmp))
+    data = export_onnx(module, int(meta["obs"]["dim"]))
+    with atomic_path(folder / EXPORT) as tmp:
+        tmp.write_bytes(data)
+    meta = {**meta, "policy": {**meta.get("policy", {}), "export": export_spec(module)}}
     write_json_atomic(folder / META, meta)
     return folder
 
 
-def load_exported(folder: str | Path, device: str | torch.device = "cpu") -> tuple[torch.jit.ScriptModule, dict[str, Any]]:
-    """The TorchScript policy and its JSON."""
-    folder = Path(folder)
-    meta = json.loads((folder / META).read_text())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        module = torch.jit.load(str(folder / SCRIPT), map_location=str(device))
-    return module.eval(), meta
-
-
 def load_deployed(folder: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Any]]:
     """The deployable policy rebuilt from policy.safetensors + policy.json: plain weights, so no
-    code from the file runs (TorchScript, like pickle, would); the module equals policy.ts."""
+    code from the file runs; its outputs equal policy.onnx's."""
     actor, meta = load_actor(folder, device)
     return deployable(actor, saved_steer_full_speed(meta)).to(device), meta
 

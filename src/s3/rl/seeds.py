@@ -38,7 +38,7 @@ from typing import Any
 from s3.io import atomic_path, write_json_atomic
 from s3.rl import TRAIN_WORKER_PRELOAD
 from s3.rl import mlflow_logger as ml
-from s3.rl.export import META, SCRIPT, WEIGHTS
+from s3.rl.export import EXPORT, META, WEIGHTS
 from s3.rl.params import SELECTION_ONLY, TrainParams
 from s3.rl.tracks import VALIDATION_SEED_BASE
 from s3.rl.train import file_sha256
@@ -69,7 +69,7 @@ def _finished(folder: Path, params: TrainParams, model_folder: Path, validation_
     saved = {k: v for k, v in (meta.get("params") or {}).items() if k not in SELECTION_ONLY}
     tracks = [VALIDATION_SEED_BASE + validation_seed * 1000 + i for i in range(params.tracks.validation_tracks)]
     same_tracks = meta.get("validation", {}).get("track_seeds") == tracks
-    if saved != params.model_dump(mode="json", exclude=SELECTION_ONLY) or not (same_model and same_tracks) or not (folder / SCRIPT).exists():
+    if saved != params.model_dump(mode="json", exclude=SELECTION_ONLY) or not (same_model and same_tracks) or not (folder / EXPORT).exists():
         return None
     return {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
 
@@ -138,7 +138,7 @@ def train_seeds(
     selection = {"selected_seed": best, "in": "source" if source_scorer is not None else "model", "rule": rule, "seeds": table}
     final = out_dir / name
     src = root / f"seed{best}"
-    for f in (WEIGHTS, SCRIPT):
+    for f in (WEIGHTS, EXPORT):
         _copy(src / f, final / f)
     meta = json.loads((src / META).read_text())
     write_json_atomic(final / META, {**meta, "seed_selection": selection})

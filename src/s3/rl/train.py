@@ -4,7 +4,7 @@
     train_many(families, models_dir, out_dir, plots_dir, params, metrics_dir=None) -> {family: summary}
     train_policy(model, folder, plot_path, params, family, run_id=None) -> summary   (model in memory)
 writes
-    <out_dir>/<family>/policy.safetensors, policy.ts, policy.json     (see s3.rl.export)
+    <out_dir>/<family>/policy.safetensors, policy.onnx, policy.json   (see s3.rl.export)
     <plots_dir>/<family>.png                                          (learning curve)
     <metrics_dir>/<family>.json                                       (if metrics_dir is given)
 and records params, the learning curve (every PPO iteration) and the validation score (every
@@ -381,8 +381,6 @@ def _train(
                 "type": params.ppo.policy,
                 "recurrent": params.ppo.policy == "gru",
                 "num_actions": env.num_actions,
-                "export": "policy.ts",
-                "signature": "cmd[B,3] = policy(obs[B,D])" if params.ppo.policy == "mlp" else "cmd[B,3], h = policy(obs[B,D], h); h0 = policy.initial_state(B)",
                 "actor_cfg": runner.cfg["actor"],
                 "critic_cfg": runner.cfg["critic"],
             },

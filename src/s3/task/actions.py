@@ -11,7 +11,7 @@ stay slow. Above steer_full_speed the full range asks for the same lateral accel
 lock does at steer_full_speed, at any speed. 0 (the default) keeps the raw command.
 
 Every user applies the same function: the distilled env, the source env (`direct`), and the
-deployed policy (TorchScript included), which reads vx from its observation's first entry.
+deployed policy (the ONNX export included), which reads vx from its observation's first entry.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def steer_range(vx: Tensor, steer_full_speed: float) -> Tensor:
     return (steer_full_speed / vx.abs().clamp(min=steer_full_speed)).square()
 
 
-def policy_to_command(a: Tensor, vx: Tensor | None = None, steer_full_speed: float = 0.0) -> Tensor:  # Optional: TorchScript
+def policy_to_command(a: Tensor, vx: Tensor | None = None, steer_full_speed: float = 0.0) -> Tensor:
     """(steer, longitudinal) [N, 2] -> (steering_cmd, throttle_cmd, brake_cmd) [N, 3], clipped."""
     a = a.clamp(-1.0, 1.0)
     steer = a[:, 0]

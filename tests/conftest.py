@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from s3.dynamics.bicycle import BicycleModel, fit_bicycle
-from s3.dynamics.synthetic import generate_rollouts
+
+from doubles.synthetic_car import generate_rollouts
 
 
 @pytest.fixture(scope="module")

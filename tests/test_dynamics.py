@@ -27,7 +27,8 @@ from s3.dynamics.distill import DistillError, comparison_table, distill, train_m
 from s3.dynamics.params import FAMILIES, DistillParams
 from s3.dynamics.registry import new_model
 from s3.dynamics.single_track import COEFF_NAMES, SingleTrack, coeff_bounds, nominal_coeffs
-from s3.dynamics.synthetic import generate_rollouts, write_rollouts
+
+from doubles.synthetic_car import generate_rollouts, write_rollouts
 
 torch.set_num_threads(1)
 

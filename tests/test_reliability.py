@@ -308,7 +308,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """models/bicycle: a bicycle fitted on synthetic rollouts (as in test_train)."""
     from s3.dynamics.bicycle import BicycleModel, fit_bicycle
     from s3.dynamics.checkpoint import save_checkpoint
-    from s3.dynamics.synthetic import generate_rollouts
+
+    from doubles.synthetic_car import generate_rollouts
 
     df = generate_rollouts(n_episodes=6, episode_steps=120, seed=1).sort_values(["episode", "step"])
     s = df[["vx", "vy", "yaw_rate", "steer"]].to_numpy(np.float32)
@@ -557,7 +558,8 @@ def test_same_seed_gives_the_same_distilled_model_metrics_on_cpu(tmp_path: Path)
     """Same seed and data on CPU: the same learned model and the same prediction metrics."""
     from s3.dynamics.distill import distill
     from s3.dynamics.params import DistillParams
-    from s3.dynamics.synthetic import generate_rollouts
+
+    from doubles.synthetic_car import generate_rollouts
 
     df = generate_rollouts(n_episodes=10, episode_steps=120, seed=2)
     p = DistillParams(

@@ -15,7 +15,6 @@ from pydantic import ValidationError
 
 from s3.dynamics.base import DynamicsModel
 from s3.dynamics.bicycle import BicycleModel, fit_bicycle
-from s3.dynamics.synthetic import generate_rollouts
 from s3.rl.controllers import PurePursuit, straight_line
 from s3.rl.env import DistilledEnv
 from s3.rl.params import EnvParams, TrackPoolParams, TrainParams
@@ -26,6 +25,8 @@ from s3.task.layout import obs_layout
 from s3.task.observation import Observer
 from s3.task.rules import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT
 from s3.tracks.generate import procedural_track
+
+from doubles.synthetic_car import generate_rollouts
 
 torch.set_num_threads(1)
 

@@ -1,4 +1,4 @@
-"""Synthetic rollouts from a known dynamic single-track model, in the exact rollout schema.
+"""A test double: synthetic rollouts from a known dynamic single-track model, in the exact rollout schema.
 
 The ground truth used to build and test the distill step before real rollouts exist:
 a single-track (bicycle) car with Pacejka lateral tyres, a friction ellipse, longitudinal

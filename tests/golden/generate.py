@@ -29,6 +29,8 @@ import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:  # run as a script: the tests' own modules (doubles/) importable
+    sys.path.insert(0, str(HERE.parent))
 N_CARS, N_STEPS, BUILDER_CARS = 12, 240, (0, 3, 5, 8)
 
 
@@ -42,7 +44,8 @@ def fixed_model():
 def fit_model() -> None:
     from s3.dynamics.bicycle import BicycleModel, fit_bicycle
     from s3.dynamics.checkpoint import save_checkpoint
-    from s3.dynamics.synthetic import generate_rollouts
+
+    from doubles.synthetic_car import generate_rollouts
 
     df = generate_rollouts(n_episodes=16, episode_steps=200, seed=1).sort_values(["episode", "step"])
     s = df[["vx", "vy", "yaw_rate", "steer"]].to_numpy(np.float32)

@@ -8,5 +8,4 @@ Public API (import from the submodules; this package imports nothing heavy itsel
     base.DynamicsModel.step(history_states [N,K,S], history_actions [N,K,A], action [N,A], mu [N] | None) -> [N,S]
     base.DynamicsModel.rollout(history_states, history_actions, actions [N,H,A], mu, pose [N,3]) -> states, poses
     base.integrate_pose(pose [N,3], s0 [N,S], s1 [N,S], dt) -> [N,3]
-    synthetic.generate_rollouts(...) -> DataFrame in the rollout schema (known single-track car)
 """

@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pytest
+
 from golden import generate as g
 
 FLOAT_TOL = {"rtol": 1e-5, "atol": 1e-4}

@@ -15,10 +15,13 @@ Conventions (SI units in and out, normalisation happens inside the model):
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from s3.dynamics.params import DistillParams
 
 STATE_NAMES = ("vx", "vy", "yaw_rate", "steer")
 ACTION_NAMES = ("steering_cmd", "throttle_cmd", "brake_cmd")
@@ -103,6 +106,11 @@ class DynamicsModel(nn.Module):
         self.norm = Normalizer(state_dim, action_dim)
 
     # ---- what a family implements --------------------------------------------------------
+    @classmethod
+    def from_params(cls, params: DistillParams, dt: float, fit: dict[str, float]) -> DynamicsModel:
+        """A fresh model sized by the `distill:` params; `fit` is the bicycle least-squares fit."""
+        raise NotImplementedError
+
     def config(self) -> dict[str, Any]:
         """JSON-able constructor arguments (stored beside the weights)."""
         return {"history": self.history, "dt": self.dt, "use_mu": self.use_mu, "state_dim": self.state_dim, "action_dim": self.action_dim}

@@ -18,7 +18,7 @@ baseline that fails on ice, by construction.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ from scipy.optimize import lsq_linear
 from torch import Tensor
 
 from s3.dynamics.base import DynamicsModel
+
+if TYPE_CHECKING:
+    from s3.dynamics.params import DistillParams
 
 FIT_NAMES = ("steer_decay", "steer_gain", "k_thr", "v_knee", "k_brake", "k_roll", "k_drag", "inv_wheelbase", "lr_eff", "ay_max", "wheelbase", "lr")
 V_KNEE_GRID = np.arange(4.0, 60.0, 0.5)  # m/s, searched for the power limit's knee
@@ -128,6 +131,10 @@ class BicycleModel(DynamicsModel):
         super().__init__(history, dt, use_mu=False, **kw)  # the bicycle never uses the label
         fit = fit or {n: 0.0 for n in FIT_NAMES}  # set_fit() fills it in
         self.register_buffer("coef", torch.tensor([fit[n] for n in FIT_NAMES], dtype=torch.float32))
+
+    @classmethod
+    def from_params(cls, params: DistillParams, dt: float, fit: dict[str, float]) -> BicycleModel:
+        return cls(params.history, dt, params.use_friction_label, fit=fit)
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "fit": dict(zip(FIT_NAMES, self.coef.tolist()))}

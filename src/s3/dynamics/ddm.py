@@ -10,7 +10,7 @@ starts at the nominal coefficients (from the bicycle fit), so training starts fr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +19,9 @@ from torch import Tensor, nn
 from s3.dynamics.base import DynamicsModel
 from s3.dynamics.single_track import COEFF_NAMES, P, SingleTrack, bound, coeff_bounds, nominal_coeffs, unbound
 from s3.dynamics.transformer import history_tokens
+
+if TYPE_CHECKING:
+    from s3.dynamics.params import DistillParams
 
 INFERENCE_CHUNK = 1024  # sequences per chunk in the no-grad GRU (keeps its gates in the CPU's cache)
 
@@ -61,6 +64,11 @@ class DDMModel(DynamicsModel):
             self.head[-1].bias.copy_(unbound(nominal_coeffs(fit, dt), lo, hi))
         wb = fit["wheelbase"] if fit else 2.7
         self.model = SingleTrack(wb, fit["lr"] if fit else wb / 2, dt, substeps, combined_slip=combined_slip)
+
+    @classmethod
+    def from_params(cls, params: DistillParams, dt: float, fit: dict[str, float]) -> DDMModel:
+        return cls(params.history, dt, params.use_friction_label, fit=fit, substeps=params.single_track_substeps,
+                   combined_slip=params.combined_slip, **params.ddm.model_dump())  # fmt: skip
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "fit": self.fit, **self.sizes}

@@ -11,7 +11,7 @@ So the model starts as the physics prior and the transformer only learns what th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -19,6 +19,9 @@ from torch import Tensor, nn
 from s3.dynamics.base import DynamicsModel
 from s3.dynamics.single_track import COEFF_NAMES, SingleTrack, bound, coeff_bounds, nominal_coeffs, unbound
 from s3.dynamics.transformer import CausalTransformer, history_tokens
+
+if TYPE_CHECKING:
+    from s3.dynamics.params import DistillParams
 
 
 class DyTrModel(DynamicsModel):
@@ -56,6 +59,11 @@ class DyTrModel(DynamicsModel):
         self.head = nn.Linear(d_model, self.state_dim)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
+
+    @classmethod
+    def from_params(cls, params: DistillParams, dt: float, fit: dict[str, float]) -> DyTrModel:
+        return cls(params.history, dt, params.use_friction_label, fit=fit, substeps=params.single_track_substeps,
+                   combined_slip=params.combined_slip, **params.dytr.model_dump())  # fmt: skip
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "fit": self.fit, **self.sizes}

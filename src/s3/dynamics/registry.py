@@ -1,41 +1,44 @@
-"""Family name -> model class, and construction from DistillParams."""
+"""The model families the code implements: one line each, "module:class".
+
+A new family: its module in s3/dynamics (a `DynamicsModel` subclass with `family`, `from_params`
+and `config`), one line in FAMILY_CLASSES, and an entry under `families` in params.yaml (the
+families the pipeline distils, trains and evaluates). Importing this module imports no model.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from s3.dynamics.base import DynamicsModel
-from s3.dynamics.bicycle import BicycleModel
-from s3.dynamics.ddm import DDMModel
-from s3.dynamics.dytr import DyTrModel
-from s3.dynamics.params import DistillParams
-from s3.dynamics.transformer import TransformerModel
+if TYPE_CHECKING:
+    from s3.dynamics.base import DynamicsModel
+    from s3.dynamics.params import DistillParams
 
-FAMILY_CLASSES: dict[str, type[DynamicsModel]] = {
-    "bicycle": BicycleModel,
-    "ddm": DDMModel,
-    "transformer": TransformerModel,
-    "dytr": DyTrModel,
+FAMILY_CLASSES = {
+    "bicycle": "s3.dynamics.bicycle:BicycleModel",
+    "ddm": "s3.dynamics.ddm:DDMModel",
+    "transformer": "s3.dynamics.transformer:TransformerModel",
+    "dytr": "s3.dynamics.dytr:DyTrModel",
 }
+FAMILIES = tuple(FAMILY_CLASSES)
+
+
+def family_class(family: str) -> type[DynamicsModel]:
+    """The model class of `family`; ValueError naming the known families."""
+    if family not in FAMILY_CLASSES:
+        raise ValueError(f"unknown model family {family!r}; choose from {', '.join(FAMILY_CLASSES)}")
+    module, name = FAMILY_CLASSES[family].split(":")
+    cls = getattr(importlib.import_module(module), name)
+    if cls.family != family:
+        raise ValueError(f"{FAMILY_CLASSES[family]}.family is {cls.family!r}, registered as {family!r}")
+    return cls
 
 
 def build_model(family: str, config: dict[str, Any]) -> DynamicsModel:
     """A model of `family` from its stored `config()`."""
-    if family not in FAMILY_CLASSES:
-        raise ValueError(f"unknown model family {family!r}; choose from {', '.join(FAMILY_CLASSES)}")
-    return FAMILY_CLASSES[family](**config)
+    return family_class(family)(**config)
 
 
 def new_model(family: str, params: DistillParams, dt: float, fit: dict[str, float]) -> DynamicsModel:
     """A fresh model of `family` sized by `params`; `fit` is the bicycle least-squares fit."""
-    common = {"history": params.history, "dt": dt, "use_mu": params.use_friction_label}
-    sub, slip = params.single_track_substeps, params.combined_slip
-    if family == "bicycle":
-        return BicycleModel(**common, fit=fit)
-    if family == "ddm":
-        return DDMModel(**common, fit=fit, substeps=sub, combined_slip=slip, **params.ddm.model_dump())
-    if family == "transformer":
-        return TransformerModel(**common, **params.transformer.model_dump())
-    if family == "dytr":
-        return DyTrModel(**common, fit=fit, substeps=sub, combined_slip=slip, **params.dytr.model_dump())
-    raise ValueError(f"unknown model family {family!r}; choose from {', '.join(FAMILY_CLASSES)}")
+    return family_class(family).from_params(params, dt, fit)

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from s3.dynamics.base import DynamicsModel, step_actions
+
+if TYPE_CHECKING:
+    from s3.dynamics.params import DistillParams
 
 INFERENCE_CHUNK = 256  # sequences per chunk in the no-grad forward (~2 MB of activations at d=64)
 
@@ -164,6 +167,10 @@ class TransformerModel(DynamicsModel):
         self.head = nn.Linear(d_model, self.state_dim)
         nn.init.zeros_(self.head.weight)  # start as "mean state change"
         nn.init.zeros_(self.head.bias)
+
+    @classmethod
+    def from_params(cls, params: DistillParams, dt: float, fit: dict[str, float]) -> TransformerModel:
+        return cls(params.history, dt, params.use_friction_label, **params.transformer.model_dump())
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), **self.sizes}

@@ -22,10 +22,17 @@ NAME = "bicycle_policy"  # the policy's name, not its family (as the oracle in d
 
 @pytest.fixture(scope="module")
 def two_seeds(bicycle, root) -> dict:
+    """Two seeds of policy NAME, logging into NAME's family run (MLflow on)."""
+    from s3.platform import tracking
+
     save_checkpoint(bicycle, root / "models" / "bicycle")
     params = TrainParams.model_validate({**TINY, "max_env_steps": 128 * 16 * 16, "seeds": 2, "seed_workers": 2, "torch_threads": 1})
-    summary = train_seeds(NAME, "bicycle", root / "models" / "bicycle", root / "policies", root / "plots" / f"{NAME}.png", params)
-    return {"root": root, "summary": summary, "params": params}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("S3_MLFLOW", "1")
+        run = tracking.family_run(NAME)
+    summary = train_seeds(NAME, "bicycle", root / "models" / "bicycle", root / "policies", root / "plots" / f"{NAME}.png", params, run=run)
+    run.finish()
+    return {"root": root, "summary": summary, "params": params, "run": run}
 
 
 def test_best_seed_is_kept_with_every_candidate_beside_it(two_seeds) -> None:
@@ -51,22 +58,31 @@ def test_best_seed_is_kept_with_every_candidate_beside_it(two_seeds) -> None:
     assert not (root / "policies" / CANDIDATES).exists()
 
 
-def test_each_seed_has_its_mlflow_run_and_the_winner_curve_is_kept(two_seeds) -> None:
+def test_each_seed_logs_into_a_run_nested_under_the_policy_run(two_seeds) -> None:
+    """Each seed's run (made before its worker, logged into from the worker) is a child of the
+    policy's run; the winner's curve, returned by its worker, is logged into the policy's run."""
     from mlflow.tracking import MlflowClient
 
-    from s3.rl.mlflow_logger import curve
-
-    root, summary = two_seeds["root"], two_seeds["summary"]
+    root, summary, policy = two_seeds["root"], two_seeds["summary"], two_seeds["run"]
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
     names = {}
     for row in summary["seed_selection"]["seeds"]:
         run = client.get_run(row["mlflow_run_id"])
         names[row["seed"]] = run.info.run_name
-        assert run.data.tags["s3.family"] == "bicycle"  # the model family; the run name says which policy
+        assert run.data.tags["mlflow.parentRunId"] == policy.run_id and run.data.tags["s3.kind"] == "seed"
+        assert run.data.tags["s3.seed"] == str(row["seed"]) and run.data.tags["s3.policy"] == NAME and run.data.tags["s3.model"] == "bicycle"
         assert run.info.status == "FINISHED" and len(client.get_metric_history(row["mlflow_run_id"], "val/score")) == 2
-    assert names == {1: f"train-{NAME}-seed1", 2: f"train-{NAME}-seed2"}
-    rewards = [v for t, _, v in curve(summary["mlflow_run_id"]) if t == "Train/mean_reward"]
-    assert len(rewards) == 16  # recorded in the worker, adopted by the parent for the stage's MLflow log
+    assert names == {1: f"{NAME}-seed1", 2: f"{NAME}-seed2"}
+
+    def rewards(run_id: str) -> list[tuple[int, float]]:
+        return sorted((m.step, m.value) for m in client.get_metric_history(run_id, "train/Train/mean_reward"))
+
+    best = summary["seed_selection"]["selected_seed"]
+    assert summary["mlflow_run_id"] == next(r["mlflow_run_id"] for r in summary["seed_selection"]["seeds"] if r["seed"] == best)
+    assert len(rewards(policy.run_id)) == 16 and rewards(policy.run_id) == rewards(summary["mlflow_run_id"])
+    assert client.get_run(policy.run_id).data.metrics["train/selected_seed"] == best
+    top = [r for r in client.search_runs([policy.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
+    assert [r.data.tags["s3.kind"] for r in top] == ["pipeline"]  # no seed run beside the pipeline run
 
 
 def test_a_finished_candidate_is_reused_only_with_the_same_params_and_model(two_seeds, bicycle) -> None:

@@ -1,4 +1,5 @@
-"""MLflow helpers: one parent run per pipeline run, one child per family, skippable."""
+"""s3.platform.tracking: one experiment, a pipeline run with nested family runs, Run handles,
+and S3_MLFLOW=0 reaching no MLflow code at all."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def ws(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", db)
     monkeypatch.setenv("S3_MLFLOW", "1")
     monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
-    monkeypatch.setattr(tracking, "EXPERIMENT", f"s3-{tmp_path.name}")
+    monkeypatch.setenv(tracking.EXPERIMENT_ENV, f"s3-{tmp_path.name}")
     (tmp_path / "params.yaml").write_text("seed: 0\n")
     (tmp_path / "dvc.lock").write_text("schema: '2.0'\n")
     return tmp_path
@@ -37,7 +38,7 @@ METRICS = {
 
 def _runs(ws: Path) -> list:
     c = tracking.client(ws)
-    return c.search_runs([c.get_experiment_by_name(tracking.EXPERIMENT).experiment_id])
+    return c.search_runs([c.get_experiment_by_name(tracking.experiment_name()).experiment_id])
 
 
 def test_tracking_uri_is_explicit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -92,10 +93,25 @@ def test_flow_parent_from_env_and_finish(ws: Path, monkeypatch: pytest.MonkeyPat
     assert p.info.status == "FINISHED" and p.data.tags["s3.dvc_lock_sha"] == tracking._sha(ws / "dvc.lock")
 
 
-def test_switched_off(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_switched_off_makes_no_client_and_no_file(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With S3_MLFLOW=0 no MlflowClient is made and nothing is written; switched on, the same calls
+    do reach MLflow (the patched client raises), so the check can fail."""
+    from mlflow.tracking import MlflowClient
+
+    from s3.config import Params
+
+    def no_client(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an MlflowClient was made")
+
+    monkeypatch.setattr(MlflowClient, "__init__", no_client)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{ws / 'mlflow.db'}")
+    with pytest.raises(AssertionError, match="MlflowClient"):
+        tracking.log_stage("distill", "ddm", {}, METRICS)
     monkeypatch.setenv("S3_MLFLOW", "0")
-    assert tracking.log_stage("distill", "ddm", {}, METRICS) is None
-    assert not (ws / "mlflow.db").exists()
+    assert tracking.log_stage("distill", "ddm", {}, METRICS) is None and tracking.log_stage_safely("collect", None, {}, {"rows": 1}) is None
+    assert tracking.pipeline_run() is None and tracking.family_run("ddm") is None and tracking.family_run_safely("ddm") is None
+    tracking.log_evaluate(Params(), "ddm", {"summary": {"nominal": {"completion_rate": 1.0}}})
+    assert sorted(p.name for p in ws.iterdir()) == ["dvc.lock", "params.yaml"]
 
 
 def test_tracking_trouble_never_fails_a_stage(ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,3 +129,37 @@ def test_runs_are_closed_and_commit_can_be_given(ws: Path, monkeypatch: pytest.M
     parent = c.get_run(run.data.tags["mlflow.parentRunId"])
     assert parent.data.tags["s3.git_commit"] == "abc123"
     assert tracking.log_stage("evaluate", "ddm", {}, {"completion_rate": 1.0}) == rid  # still the family's run
+
+
+def test_experiment_opens_as_model_training_in_mlflow_3(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tracking.log_stage("distill", "ddm", {}, METRICS)
+    c = tracking.client(ws)
+    assert c.get_experiment_by_name(tracking.experiment_name()).tags["mlflow.experimentKind"] == "custom_model_development"
+    monkeypatch.setenv(tracking.EXPERIMENT_ENV, f"{tracking.experiment_name()}-old")
+    old = c.create_experiment(tracking.experiment_name())  # made before the tag existed
+    assert tracking.experiment_id(c) == old and c.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_run_handle_nests_pickles_flushes_and_never_raises(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pickle
+
+    run = tracking.family_run("ddm")
+    assert run is not None
+    seed = run.child("ddm-seed3", {"s3.kind": "seed", "s3.seed": "3"})
+    assert seed is not None
+    again = pickle.loads(pickle.dumps(seed))  # what a worker process receives: ids and URI only
+    assert (again.uri, again.experiment_id, again.run_id) == (seed.uri, seed.experiment_id, seed.run_id) and again._client is None
+    again.log_curve([("Train/mean_reward", i, float(i)) for i in range(1500)] + [("Loss/value", 0, float("nan"))], prefix="train/")
+    again.log_metrics({"val/score": 0.5, "val/none": None, "val/flag": True}, step=2)
+    again.finish()  # waits for the asynchronous writes
+    c = tracking.client(ws)
+    got = c.get_run(seed.run_id)
+    assert got.info.status == "FINISHED" and got.data.tags["mlflow.parentRunId"] == run.run_id
+    assert len(c.get_metric_history(seed.run_id, "train/Train/mean_reward")) == 1500  # more than one MLflow batch
+    assert set(got.data.metrics) == {"train/Train/mean_reward", "val/score"}  # NaN, None and bools are not metrics
+    assert tracking.family_run("ddm").run_id == run.run_id  # a seed run is not a family run of the pipeline
+    broken = tracking.Run("nosuchscheme://nowhere", "0", "x")
+    broken.log_metrics({"a": 1.0})
+    broken.log_params({"b": 2})
+    broken.finish()
+    assert broken.error and capsys.readouterr().err.count("MLflow logging skipped") == 1

@@ -44,10 +44,16 @@ def tracks() -> list:
 
 @pytest.fixture(scope="module")
 def trained(bicycle, root) -> dict:
-    """One tiny `train` stage run from a saved checkpoint."""
+    """One tiny `train` stage run from a saved checkpoint, logging into bicycle's family run (MLflow on)."""
+    from s3.platform import tracking
+
     save_checkpoint(bicycle, root / "models" / "bicycle")
-    summary = train("bicycle", root / "models", root / "policies", root / "plots", TrainParams.model_validate(TINY), metrics_dir=root / "metrics")
-    return {"root": root, "summary": summary}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("S3_MLFLOW", "1")
+        run = tracking.family_run("bicycle")
+    summary = train("bicycle", root / "models", root / "policies", root / "plots", TrainParams.model_validate(TINY), metrics_dir=root / "metrics", run=run)
+    run.finish()  # the run's owner ends it, not the training
+    return {"root": root, "summary": summary, "run": run}
 
 
 def _mean_step_reward(env: DistilledEnv, policy, steps: int = 60) -> float:
@@ -152,7 +158,10 @@ def test_learning_curve_is_in_mlflow(trained) -> None:
     root, run_id = trained["root"], trained["summary"]["mlflow_run_id"]
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
     run = client.get_run(run_id)
-    assert run.info.status == "FINISHED" and run.data.tags["s3.family"] == "bicycle"
+    assert run_id == trained["run"].run_id  # the run it was given, not one of its own
+    assert run.info.status == "FINISHED" and run.data.tags["s3.family"] == "bicycle" and run.data.tags["s3.kind"] == "family"
+    assert client.get_run(run.data.tags["mlflow.parentRunId"]).data.tags["s3.kind"] == "pipeline"
+    assert all("mlflow.parentRunId" in r.data.tags for r in client.search_runs([run.info.experiment_id]) if r.data.tags.get("s3.kind") != "pipeline")
     assert run.data.params["train.env.num_envs"] == "128"
     rewards = client.get_metric_history(run_id, "train/Train/mean_reward")
     assert len(rewards) >= 20 and sorted(m.step for m in rewards) == [m.step for m in rewards]
@@ -222,12 +231,13 @@ def test_a_slow_machine_trains_the_same_policy(bicycle, root, monkeypatch) -> No
     assert (root / "policies" / "fast" / WEIGHTS).read_bytes() == (root / "policies" / "slow" / WEIGHTS).read_bytes()
 
 
-def test_oracle_with_one_seed_trains_in_its_family_model_named_for_itself(bicycle, root) -> None:
+def test_oracle_with_one_seed_trains_in_its_family_model_named_for_itself(bicycle, root, monkeypatch) -> None:
     from mlflow.tracking import MlflowClient
 
     from s3.config import Params
     from s3.rl.stage import train_one
 
+    monkeypatch.setenv("S3_MLFLOW", "1")
     save_checkpoint(bicycle, root / "models" / "bicycle")
     tiny = {**TINY, "max_env_steps": 64 * 8 * 2, "chunk_iterations": 2, "env": {"num_envs": 64}, "ppo": {**TINY["ppo"], "num_steps_per_env": 8}}
     params = Params.model_validate({"train": {**tiny, "seeds": 1, "oracle_family": "bicycle"}})
@@ -235,8 +245,39 @@ def test_oracle_with_one_seed_trains_in_its_family_model_named_for_itself(bicycl
     meta = json.loads((root / "policies" / "oracle" / "policy.json").read_text())
     assert summary["policy"] == "oracle" and summary["family"] == "bicycle" and meta["obs"]["surface_label"]
     run = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}").get_run(summary["mlflow_run_id"])
-    assert run.info.run_name == "train-oracle" and run.data.tags["s3.family"] == "bicycle"
+    assert run.info.run_name == "oracle" and run.data.tags["s3.family"] == "oracle" and run.data.tags["s3.kind"] == "family"
+    assert run.info.status == "FINISHED" and run.data.params["family"] == "bicycle" and run.data.params["train.oracle_family"] == "bicycle"
+    assert {"train/Train/mean_reward", "train/train.wall_s"} <= set(run.data.metrics)  # the PPO curve and the stage's summary, one run
     assert json.loads((root / "metrics" / "oracle.json").read_text())["policy"] == "oracle"
+
+
+def test_switched_off_training_makes_no_mlflow_client_and_no_file(bicycle, tmp_path, monkeypatch, capsys) -> None:
+    """S3_MLFLOW=0: the train stage (run lookup, PPO, validation, summary) never makes an MlflowClient
+    and writes no MLflow file. Switched on, the same patched client is reached."""
+    from mlflow.tracking import MlflowClient
+
+    from s3.config import Params
+    from s3.platform import tracking
+    from s3.rl.stage import train_one
+
+    made: list[int] = []
+
+    def no_client(*args, **kwargs) -> None:
+        made.append(1)
+        raise RuntimeError("an MlflowClient was made")
+
+    monkeypatch.setattr(MlflowClient, "__init__", no_client)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("S3_MLFLOW", "0")
+    save_checkpoint(bicycle, tmp_path / "models" / "bicycle")
+    tiny = {**TINY, "max_env_steps": 64 * 8 * 2, "chunk_iterations": 2, "env": {"num_envs": 64}, "ppo": {**TINY["ppo"], "num_steps_per_env": 8}}
+    summary = train_one("bicycle", Params.model_validate({"train": {**tiny, "seeds": 1}}), "models", "policies", "plots", "metrics")
+    assert summary["mlflow_run_id"] is None and (tmp_path / "policies" / "bicycle" / "policy.json").exists()
+    assert made == [] and "MLflow" not in capsys.readouterr().err
+    assert not [p for p in tmp_path.rglob("*") if p.name in ("mlflow.db", "mlruns", "mlartifacts")]
+    monkeypatch.setenv("S3_MLFLOW", "1")
+    assert tracking.family_run_safely("bicycle") is None and made == [1]  # on, the stage's first MLflow step reaches the client
 
 
 def _onnx_policy(path):

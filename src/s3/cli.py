@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 
 from s3.config import Params, ParamsError, load_params
-from s3.platform.tracking import log_collect, log_distill, log_evaluate, log_train
+from s3.platform.tracking import log_collect, log_distill, log_evaluate
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sim2Sim2Sim: collect, distill, train, evaluate, report.")
 bench_app = typer.Typer(no_args_is_help=True, help="Throughput benchmarks that print JSON.")
@@ -161,7 +161,6 @@ def train(
     `all` = the four families; `oracle` = PPO in train.oracle_family's env with the surface label
     observed; `direct` = PPO in the source simulator for train.direct.budget_s.
     """
-    from s3.rl.mlflow_logger import curve
     from s3.rl.stage import policy_names, train_policies
 
     p = _params(params, set_)
@@ -172,8 +171,6 @@ def train(
             raise ParamsError(str(e)) from None
         root = p.model_copy(update={"train": p.train.model_copy(update={"progress_bar": p.train.progress_bar and not quiet})})
         results = train_policies(names, root, MODELS_DIR, POLICIES_DIR, TRAIN_PLOTS, TRAIN_METRICS)
-    for name, r in results.items():  # MLflow; S3_MLFLOW=0 skips
-        log_train(p, name, r, [v for t, _, v in curve(r.get("mlflow_run_id") or "") if t == "Train/mean_reward"])
     for fam, r in results.items():
         console.print(f"{fam}: {json.dumps({k: v for k, v in r.items() if not isinstance(v, (dict, list))})}")
 

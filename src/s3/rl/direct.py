@@ -1,6 +1,6 @@
 """The `direct` baseline: PPO trained in the source simulator itself for a fixed wall-clock budget.
 
-    train_direct(params, out_dir, plots_dir, metrics_dir, budget_s=None, run_id=None) -> summary
+    train_direct(params, out_dir, plots_dir, metrics_dir, budget_s=None, run=None) -> summary
 writes
     <out_dir>/direct/policy.safetensors, policy.onnx, policy.json   (s3.rl.export; loads with
                                                                     s3.evaluate.policy_driver.policy_factory)
@@ -29,6 +29,10 @@ the lap, a failure, the lap-length / validation_min_speed clock, or after
 lap driven (as in s3.rl.train, with that extra cap to keep the source-simulator validation cheap).
 The best-scoring checkpoint is kept (ties to the later one); a chunk that ran out of budget before
 its validation is not eligible. With `direct.validation: false` the last checkpoint is kept.
+
+MLflow: given `run` (an s3.platform.tracking.Run), it logs its params, rsl_rl's scalars of every
+iteration (`train/<tag>`, sent after each chunk) and the final numbers there, and flushes it; it
+never ends the run. With run=None it touches no MLflow code.
 """
 
 from __future__ import annotations
@@ -47,13 +51,12 @@ import torch
 
 from s3 import __version__
 from s3.io import json_safe, write_json_atomic
-from s3.rl import mlflow_logger as ml
+from s3.platform.tracking import Run
 from s3.rl.export import as_callable, deployable, save_policy
-from s3.rl.ppo import learn_chunk, make_runner, quiet
+from s3.rl.ppo import CURVE_WRITER, Curve, learn_chunk, make_runner, quiet
 from s3.rl.rollout import EpisodeBatch, lap_loop
 from s3.rl.source_env import SourceVecEnv, prestart, resolve_workers
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid
-from s3.rl.train import WRITER
 from s3.tracks.track import Track
 
 if TYPE_CHECKING:
@@ -131,9 +134,9 @@ def train_direct(
     plots_dir: str | Path | None,
     metrics_dir: str | Path | None,
     budget_s: float | None = None,
-    run_id: str | None = None,
+    run: Run | None = None,
 ) -> dict[str, Any]:
-    """PPO in the source simulator for `budget_s` (default train.direct.budget_s); see the module docstring."""
+    """PPO in the source simulator for `budget_s` (default train.direct.budget_s), logging into `run`; see the module docstring."""
     budget = float(budget_s if budget_s is not None else params.train.direct.budget_s)
     if not budget > 0:
         raise ValueError(f"train_direct: budget_s must be positive, got {budget_s}")
@@ -145,8 +148,11 @@ def train_direct(
     torch.manual_seed(tp.seed)
     np.random.seed(tp.seed)
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if tp.progress_bar else (lambda msg: None)
-    with ml.train_run(tp.mlflow_experiment, NAME, run_id) as (client, run_id, uri):
-        return _train_direct(params, Path(out_dir), plots_dir, metrics_dir, clock, run_id, client, uri, say)
+    try:
+        return _train_direct(params, Path(out_dir), plots_dir, metrics_dir, clock, run, say)
+    finally:
+        if run is not None:
+            run.flush()
 
 
 def _train_direct(
@@ -155,18 +161,17 @@ def _train_direct(
     plots_dir: str | Path | None,
     metrics_dir: str | Path | None,
     clock: _Clock,
-    run_id: str,
-    client: Any,
-    uri: str,
+    run: Run | None,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    """The body of train_direct, inside its MLflow run."""
+    """The body of train_direct."""
     tp, d = params.train, params.train.direct
     ppo = tp.ppo.model_copy(update={"num_steps_per_env": d.num_steps_per_env})
     pool = TrackPool(tp.tracks.model_copy(update={"pool_size": d.pool_size}), tp.seed)
     aids = params.evaluate.driver_aids  # it trains on the car it is evaluated in
-    ml.log_params(client, run_id, {"family": NAME, "budget_s": clock.budget_s, "train": tp.model_dump(mode="json"), "sim": params.sim.model_dump(mode="json"),
-                                   "driver_aids": aids.model_dump(mode="json")})  # fmt: skip
+    if run is not None:
+        run.log_params({"family": NAME, "budget_s": clock.budget_s, "train": tp.model_dump(mode="json"), "sim": params.sim.model_dump(mode="json"),
+                        "driver_aids": aids.model_dump(mode="json")})  # fmt: skip
     workers = resolve_workers(d.workers, d.num_envs)
     with contextlib.ExitStack() as stack:
         env = stack.enter_context(SourceVecEnv(pool.tracks, params.sim, tp.env, d.num_envs, workers, tp.seed, timeout_s=d.worker_timeout_s, aids=aids))
@@ -182,8 +187,8 @@ def _train_direct(
             )
         log_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="s3-rsl-direct-"))
         say(f"train {NAME}: {d.num_envs} source cars in {workers} workers ready after {clock.elapsed:.0f} s (budget {clock.budget_s:.0f} s)")
-        loop = _loop(env, val, pool, ppo, params, clock, run_id, uri, log_dir, say)
-        return _finish(loop, env, params, ppo, out_dir, plots_dir, metrics_dir, clock, run_id, client, workers, say)
+        loop = _loop(env, val, pool, ppo, params, clock, run, log_dir, say)
+        return _finish(loop, env, params, ppo, out_dir, plots_dir, metrics_dir, clock, run, workers, say)
 
 
 def _loop(
@@ -193,23 +198,27 @@ def _loop(
     ppo: Any,
     params: Params,
     clock: _Clock,
-    run_id: str,
-    uri: str,
+    run: Run | None,
     log_dir: str,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    """PPO chunks until the budget is spent; returns the runner, the kept checkpoint and the curve."""
+    """PPO chunks until the budget is spent; returns the runner, the kept checkpoint, the per-chunk
+    curve and rsl_rl's scalars (`scalars`, also sent to `run` after each chunk)."""
     tp, d = params.train, params.train.direct
     steps_per_it = env.num_envs * ppo.num_steps_per_env
     curve: list[dict[str, Any]] = []
+    scalars: Curve = []
     best: dict[str, Any] = {"score": -math.inf, "iteration": None, "env_steps": None, "summary": {}}
-    runner = make_runner(env, ppo, "cpu", log_dir=log_dir, logger={"class_name": WRITER, "run_id": run_id, "tracking_uri": uri})
+    runner = make_runner(env, ppo, "cpu", log_dir=log_dir, logger=CURVE_WRITER)
     done_it, t_ppo = 0, 0.0
     while (n_it := clock.plan(done_it, d.chunk_iterations, val is not None)) > 0:
         t0 = time.perf_counter()
         with quiet():
-            learn_chunk(runner, n_it)
+            chunk = learn_chunk(runner, n_it)
         dt = time.perf_counter() - t0
+        scalars += chunk
+        if run is not None:
+            run.log_curve(chunk, prefix="train/")
         clock.ran(n_it, dt)
         t_ppo += dt
         done_it += n_it
@@ -233,7 +242,7 @@ def _loop(
             _refresh(env, pool, runner)
     if best["iteration"] is None:  # no validation: the last checkpoint
         best.update({"score": None, "iteration": done_it - 1, "env_steps": done_it * steps_per_it, **_snapshot(runner)})
-    return {"runner": runner, "best": best, "curve": curve, "iterations": done_it, "ppo_wall_s": t_ppo, "steps_per_it": steps_per_it}
+    return {"runner": runner, "best": best, "curve": curve, "scalars": scalars, "iterations": done_it, "ppo_wall_s": t_ppo, "steps_per_it": steps_per_it}
 
 
 def _validation_car_steps(tracks: Sequence[Track], params: Params, dt: float) -> float:
@@ -272,8 +281,7 @@ def _finish(
     plots_dir: str | Path | None,
     metrics_dir: str | Path | None,
     clock: _Clock,
-    run_id: str,
-    client: Any,
+    run: Run | None,
     workers: int,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
@@ -285,7 +293,7 @@ def _finish(
     critic.load_state_dict(best["critic"])
     actor.eval()
     env_steps = loop["iterations"] * loop["steps_per_it"]
-    rewards = [(it, v) for t, it, v in ml.curve(run_id) if t == "Train/mean_reward"]
+    rewards = [(it, v) for t, it, v in loop["scalars"] if t == "Train/mean_reward"]
     validation = {
         "score": best["score"],
         "score_definition": "mean share of a lap driven on held-out procedural tracks (source simulator) before failing, "
@@ -336,7 +344,7 @@ def _finish(
             "train": train,
             "history": loop["curve"],
             "params": tp.model_dump(mode="json"),
-            "mlflow_run_id": run_id,
+            "mlflow_run_id": None if run is None else run.run_id,
         }
     )
     folder = save_policy(out_dir / NAME, actor, critic, meta)
@@ -350,7 +358,7 @@ def _finish(
         ]
         plot_learning_curve(
             Path(plots_dir) / f"{NAME}.png",
-            ml.curve(run_id),
+            loop["scalars"],
             val_points,
             loop["steps_per_it"],
             f"{NAME}: PPO in the source simulator ({clock.budget_s:.0f} s budget)",
@@ -368,23 +376,22 @@ def _finish(
             "learning_curve": loop["curve"],
             "reward_curve": [{"iteration": it, "env_steps": (it + 1) * loop["steps_per_it"], "mean_reward": v} for it, v in rewards],
             "policy_folder": str(folder),
-            "mlflow_run_id": run_id,
+            "mlflow_run_id": None if run is None else run.run_id,
         }
     )
     if metrics_dir is not None:
         write_json_atomic(Path(metrics_dir) / f"{NAME}.json", summary)
-    ml.log_metrics(
-        client,
-        run_id,
-        {
-            "val/best_score": best["score"],
-            "train/wall_s": wall,
-            "train/env_steps": float(env_steps),
-            "train/ppo_steps_per_s": train["ppo_steps_per_s"],
-            "train/budget_s": clock.budget_s,
-        },
-        step=max(loop["iterations"] - 1, 0),
-    )
+    if run is not None:
+        run.log_metrics(
+            {
+                "val/best_score": best["score"],
+                "train/wall_s": wall,
+                "train/env_steps": float(env_steps),
+                "train/ppo_steps_per_s": train["ppo_steps_per_s"],
+                "train/budget_s": clock.budget_s,
+            },
+            step=max(loop["iterations"] - 1, 0),
+        )
     say(
         f"train {NAME}: kept iteration {best['iteration']} (val {_fmt(best['score'])}); {env_steps} steps in {wall:.0f} s of {clock.budget_s:.0f} s -> {folder}"
     )

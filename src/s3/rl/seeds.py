@@ -1,6 +1,6 @@
 """Several PPO seeds per policy, trained side by side; the best by procedural validation is kept.
 
-    train_seeds(name, family, model_folder, out_dir, plot_path, params) -> summary
+    train_seeds(name, family, model_folder, out_dir, plot_path, params, source_scorer=None, run=None) -> summary
 
 PPO in a distilled env is seed-sensitive: on the road course the same recipe gave lap times from
 125 s to 143 s across three seeds (README, "s3 evaluate"). A run uses one core (torch_threads=1),
@@ -20,8 +20,15 @@ done, the winner is copied into <out_dir>/<name>/ (its policy.json gains "seed_s
 candidate (with its learning_curve.png) moves to <out_dir>/<name>/seeds/seed<k>/, and the
 winner's curve becomes `plot_path`. `seed_selection.rl_wall_s` is the policy's RL wall clock: this
 call's, or, when finished candidates were reused, their own train walls run side by side in rounds
-of `seed_workers`, plus the selection. Each candidate has its own MLflow run (train-<name>-seed<k>,
-tagged s3.family = the model family); the summary's mlflow_run_id is the winner's.
+of `seed_workers`, plus the selection.
+
+MLflow. Given the policy's run (s3.platform.tracking.Run; None logs nothing), each candidate
+trained here logs into its own run nested under it (`<name>-seed<k>`, tags s3.kind=seed,
+s3.policy=<name>, s3.model=<family>, s3.seed=<k>), created here before the workers start and
+ended here (FAILED unless its training returned). The winner's learning curve comes back from its
+worker as a value and goes into the policy's run (`train/<rsl_rl tag>`, step = iteration), with
+`train/selected_seed`; a reused winner's curve stays in the run it was trained in. The summary's
+mlflow_run_id is the winner's seed run.
 """
 
 from __future__ import annotations
@@ -36,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from s3.io import atomic_path, write_json_atomic
+from s3.platform.tracking import Run
 from s3.rl import TRAIN_WORKER_PRELOAD
-from s3.rl import mlflow_logger as ml
 from s3.rl.export import EXPORT, META, WEIGHTS
 from s3.rl.params import SELECTION_ONLY, TrainParams
 from s3.rl.tracks import VALIDATION_SEED_BASE
@@ -75,16 +82,15 @@ def _finished(folder: Path, params: TrainParams, model_folder: Path, validation_
 
 
 def _train_candidate(
-    name: str, family: str, model_folder: str, folder: str, plot_path: str, params: TrainParams, validation_seed: int
+    family: str, model_folder: str, folder: str, plot_path: str, params: TrainParams, validation_seed: int, run: Run | None
 ) -> tuple[dict[str, Any], list]:
-    """One seed of policy `name`, in a worker process: (summary, learning curve)."""
+    """One seed, in a worker process, logging into `run`: (summary, learning curve)."""
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.env import resolve_device
-    from s3.rl.train import train_policy
+    from s3.rl.train import train_policy_curve
 
     model = load_checkpoint(Path(model_folder), family, resolve_device(params.device))
-    summary = train_policy(model, folder, plot_path, params, family, None, model_folder, validation_seed, f"{name}-seed{params.seed}")
-    return summary, ml.curve(summary["mlflow_run_id"])
+    return train_policy_curve(model, folder, plot_path, params, family, run, model_folder, validation_seed)
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -93,14 +99,23 @@ def _copy(src: Path, dst: Path) -> None:
 
 
 def train_seeds(
-    name: str, family: str, model_folder: str | Path, out_dir: str | Path, plot_path: str | Path, params: TrainParams, source_scorer: Scorer | None = None
+    name: str,
+    family: str,
+    model_folder: str | Path,
+    out_dir: str | Path,
+    plot_path: str | Path,
+    params: TrainParams,
+    source_scorer: Scorer | None = None,
+    run: Run | None = None,
 ) -> dict[str, Any]:
-    """Train params.seeds seeds of policy `name` in `family`'s env; keep the best, by `source_scorer` if given (module docstring)."""
+    """Train params.seeds seeds of policy `name` in `family`'s env; keep the best, by `source_scorer`
+    if given; log into `run` (the policy's) and runs nested under it (module docstring)."""
     t0 = time.perf_counter()
     model_folder, out_dir = Path(model_folder), Path(out_dir)
     root = out_dir / CANDIDATES / name
     runs = [params.model_copy(update={"seed": params.seed + k}) for k in range(params.seeds)]
     results: dict[int, dict[str, Any]] = {}
+    curves: dict[int, list] = {}
     todo = []
     for p in runs:
         done = _finished(root / f"seed{p.seed}", p, model_folder, params.seed)
@@ -109,19 +124,26 @@ def train_seeds(
         else:
             todo.append(p)
     if todo:
-        ml.ensure_experiment(params.mlflow_experiment)
+        tags = {"s3.kind": "seed", "s3.policy": name, "s3.model": family}
+        seed_runs = {p.seed: run.child(f"{name}-seed{p.seed}", {**tags, "s3.seed": str(p.seed)}) if run else None for p in todo}
+        status = dict.fromkeys(seed_runs, "FAILED")
         ctx = forkserver_context(TRAIN_WORKER_PRELOAD)  # forks of one server that imported torch, the trainer and MLflow (s3.workers)
-        with ProcessPoolExecutor(seed_workers(params), mp_context=ctx, initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
-            futures = {
-                p.seed: pool.submit(
-                    _train_candidate, name, family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p, params.seed
-                )
-                for p in todo
-            }
-            for seed, fut in futures.items():
-                summary, curve = fut.result()
-                results[seed] = summary
-                ml.keep_curve(summary["mlflow_run_id"], curve)  # the CLI logs the winner's curve from here
+        try:
+            with ProcessPoolExecutor(seed_workers(params), mp_context=ctx, initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
+                futures = {
+                    p.seed: pool.submit(
+                        _train_candidate, family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p, params.seed,
+                        seed_runs[p.seed],
+                    )
+                    for p in todo
+                }  # fmt: skip
+                for seed, fut in futures.items():
+                    results[seed], curves[seed] = fut.result()
+                    status[seed] = "FINISHED"
+        finally:
+            for seed, seed_run in seed_runs.items():
+                if seed_run is not None:
+                    seed_run.finish(status[seed])
     table = [
         {"seed": s, "validation_score": r["validation"]["score"], "iteration": r["validation"]["iteration"], "env_steps": r["train"]["env_steps"],
          "wall_s": r["train"]["wall_s"], "mlflow_run_id": r["mlflow_run_id"]}
@@ -135,6 +157,9 @@ def train_seeds(
         rule = "best lap share in the source simulator on the shared held-out procedural tracks (ties: the in-model score, then the lowest seed); the road course is not used"
     key = {r["seed"]: (r["source"]["score"] if "source" in r else r["validation_score"], r["validation_score"], -r["seed"]) for r in table}
     best = max(key, key=key.__getitem__)
+    if run is not None:
+        run.log_curve(curves.get(best, []), prefix="train/")
+        run.log_metrics({"train/selected_seed": best})
     selection = {"selected_seed": best, "in": "source" if source_scorer is not None else "model", "rule": rule, "seeds": table}
     final = out_dir / name
     src = root / f"seed{best}"

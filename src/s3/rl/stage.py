@@ -11,6 +11,11 @@ Each gets `train.per_policy.<name>` merged over the shared train params, and wri
 distilled-env policy trains that many seeds side by side and keeps the best (s3.rl.seeds), by
 the in-model validation score or, with `train.seed_selection: source`, by the same score in the
 source simulator (s3.rl.source_selection).
+
+MLflow: each policy logs into its family run of the current pipeline run
+(s3.platform.tracking.family_run, none when S3_MLFLOW is off): the training's own logs (its PPO
+curve and validation, or per-seed runs nested under it), then the summary (tracking.log_train).
+A training that raises ends that run FAILED.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from s3.io import write_json_atomic
+from s3.platform import tracking
 from s3.rl import TRAIN_WORKER_PRELOAD
 from s3.rl.params import POLICY_NAMES
 from s3.workers import forkserver_context, prestart
@@ -38,14 +44,28 @@ def policy_names(option: str) -> list[str]:
 
 def train_one(name: str, root: Any, models_dir: str | Path, out_dir: str | Path, plots_dir: str | Path,
               metrics_dir: str | Path) -> dict[str, Any]:  # fmt: skip
-    """Train the policy `name` with `root.train.for_policy(name)`; returns its summary."""
+    """Train the policy `name` with `root.train.for_policy(name)`, logged to MLflow; returns its summary."""
+    if name != "direct" and root.train.for_policy(name).seeds > 1:  # the seed workers' forkserver imports while this process does (s3.workers)
+        prestart(forkserver_context(TRAIN_WORKER_PRELOAD))
+    run = tracking.family_run_safely(name)
+    try:
+        summary = _train(name, root, models_dir, out_dir, plots_dir, metrics_dir, run)
+    except BaseException:
+        if run is not None:
+            run.finish("FAILED")
+        raise
+    tracking.log_train(root, name, summary, run=run)
+    return summary
+
+
+def _train(name: str, root: Any, models_dir: str | Path, out_dir: str | Path, plots_dir: str | Path, metrics_dir: str | Path,
+           run: tracking.Run | None) -> dict[str, Any]:  # fmt: skip
+    """The training of `train_one`, logging into `run`."""
     tp = root.train.for_policy(name)
     if name == "direct":
         from s3.rl.direct import train_direct
 
-        return train_direct(root.model_copy(update={"train": tp}), out_dir, plots_dir, metrics_dir)
-    if tp.seeds > 1:  # the seed workers' forkserver imports while this process does (s3.workers)
-        prestart(forkserver_context(TRAIN_WORKER_PRELOAD))
+        return train_direct(root.model_copy(update={"train": tp}), out_dir, plots_dir, metrics_dir, run=run)
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.env import resolve_device
     from s3.rl.train import TrainError, train_policy
@@ -64,10 +84,10 @@ def train_one(name: str, root: Any, models_dir: str | Path, out_dir: str | Path,
                     f"train.seed_selection 'source' drives the seeds side by side in the embedded simulator: it needs sim.backend 'mujoco', not {root.sim.backend!r}"
                 )
             scorer = functools.partial(source_scores, root=root, tp=tp)
-        summary = train_seeds(name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp, scorer)
+        summary = train_seeds(name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp, scorer, run)
     else:
         model = load_checkpoint(model_folder, family, resolve_device(tp.device))
-        summary = train_policy(model, Path(out_dir) / name, Path(plots_dir) / f"{name}.png", tp, family, None, model_folder, run_name=name)
+        summary = train_policy(model, Path(out_dir) / name, Path(plots_dir) / f"{name}.png", tp, family, run, model_folder)
     summary = {"policy": name, **summary}
     write_json_atomic(Path(metrics_dir) / f"{name}.json", summary)
     return summary

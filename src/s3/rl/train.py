@@ -1,14 +1,18 @@
 """The train stage: PPO (rsl_rl) inside one family's distilled environment.
 
-    train(family, models_dir, out_dir, plots_dir, params, metrics_dir=None, run_id=None) -> summary
+    train(family, models_dir, out_dir, plots_dir, params, metrics_dir=None, run=None) -> summary
     train_many(families, models_dir, out_dir, plots_dir, params, metrics_dir=None) -> {family: summary}
-    train_policy(model, folder, plot_path, params, family, run_id=None) -> summary   (model in memory)
+    train_policy(model, folder, plot_path, params, family, run=None) -> summary   (model in memory)
+    train_policy_curve(...the same...) -> (summary, learning curve)
 writes
     <out_dir>/<family>/policy.safetensors, policy.onnx, policy.json   (see s3.rl.export)
     <plots_dir>/<family>.png                                          (learning curve)
     <metrics_dir>/<family>.json                                       (if metrics_dir is given)
-and records params, the learning curve (every PPO iteration) and the validation score (every
-chunk's checkpoint) in MLflow ($MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db).
+MLflow: given `run` (an s3.platform.tracking.Run), training logs into it its params (`family`,
+`train.*`), rsl_rl's scalars of every PPO iteration (`train/Train/mean_reward`, `train/Loss/value`,
+...: the learning curve, sent after each chunk), the validation score of every chunk's checkpoint
+(`val/score`, step = iteration), the final numbers, policy.json and the plot, and flushes it; it
+never ends the run (its creator does). With run=None it touches no MLflow code at all.
 
 Loop: learn `chunk_iterations` PPO iterations and keep that checkpoint; replace part of the
 training-track pool (every car on a replaced track restarts); stop at max_env_steps, the budget
@@ -53,16 +57,15 @@ import torch
 from s3 import __version__
 from s3.dynamics.base import DynamicsModel
 from s3.io import atomic_path, json_safe, write_json_atomic
-from s3.rl import mlflow_logger as ml
+from s3.platform.tracking import Run
 from s3.rl.env import DistilledEnv, resolve_device
 from s3.rl.export import as_callable, deployable, save_policy
 from s3.rl.params import SELECTION_ONLY, TrainParams
-from s3.rl.ppo import learn_chunk, make_runner, quiet
+from s3.rl.ppo import CURVE_WRITER, Curve, chunk_curve, learn_chunk, make_runner, quiet
 from s3.rl.rollout import EpisodeBatch, drive_lap, run_episodes
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid, validation_tracks
 from s3.tracks.road_course import road_course
 
-WRITER = "s3.rl.mlflow_logger:MLflowLogWriter"
 RESUME_FORMAT = "s3-train-resume-2"  # 2: the chunks' checkpoints, validated at the end
 
 
@@ -223,16 +226,31 @@ def train_policy(
     plot_path: str | Path | None,
     params: TrainParams,
     family: str | None = None,
-    run_id: str | None = None,
+    run: Run | None = None,
     model_folder: str | Path | None = None,
     validation_seed: int | None = None,
-    run_name: str | None = None,
 ) -> dict[str, Any]:
-    """Train a policy in `model`'s distilled env and write it to `folder` (see the module docstring).
+    """Train a policy in `model`'s distilled env and write it to `folder`; returns its summary (see
+    the module docstring; `run` is where it logs, None for nowhere).
 
     `validation_seed` picks the held-out validation tracks (default: params.seed): runs of several
-    seeds share one set so that their scores compare. `run_name` names a new MLflow run (default: family).
+    seeds share one set so that their scores compare.
     """
+    return train_policy_curve(model, folder, plot_path, params, family, run, model_folder, validation_seed)[0]
+
+
+def train_policy_curve(
+    model: DynamicsModel,
+    folder: str | Path,
+    plot_path: str | Path | None,
+    params: TrainParams,
+    family: str | None = None,
+    run: Run | None = None,
+    model_folder: str | Path | None = None,
+    validation_seed: int | None = None,
+) -> tuple[dict[str, Any], Curve]:
+    """`train_policy`, returning (summary, learning curve): the curve is rsl_rl's scalars of every
+    PPO iteration (s3.rl.ppo.Curve), for a caller that logs it elsewhere (s3.rl.seeds)."""
     family = family or model.family
     validation_seed = params.seed if validation_seed is None else int(validation_seed)
     folder = Path(folder)
@@ -250,8 +268,11 @@ def train_policy(
     env = DistilledEnv(model, pool.tracks, params.env, device=device, seed=params.seed)
 
     val_tracks = validation_tracks(params.tracks, validation_seed)
-    with ml.train_run(params.mlflow_experiment, family, run_id, run_name) as (client, run_id, uri):
-        return _train(model, env, pool, val_tracks, validation_seed, folder, plot_path, params, family, run_id, client, uri, model_folder, device, t_start, say)
+    try:
+        return _train(model, env, pool, val_tracks, validation_seed, folder, plot_path, params, family, run, model_folder, device, t_start, say)
+    finally:
+        if run is not None:
+            run.flush()  # a worker process may end right after: its writes must be done
 
 
 def _train(
@@ -264,17 +285,16 @@ def _train(
     plot_path: str | Path | None,
     params: TrainParams,
     family: str,
-    run_id: str,
-    client: Any,
-    uri: str,
+    run: Run | None,
     model_folder: str | Path | None,
     device: torch.device,
     t_start: float,
     say: Callable[[str], None],
-) -> dict[str, Any]:
-    """The body of train_policy, inside its MLflow run."""
-    ml.log_params(client, run_id, {"family": family, "train": params.model_dump(mode="json")})
-    logger_cfg = {"class_name": WRITER, "run_id": run_id, "tracking_uri": uri}
+) -> tuple[dict[str, Any], Curve]:
+    """The body of train_policy_curve."""
+    if run is not None:
+        run.log_params({"family": family, "train": params.model_dump(mode="json")})
+    curve: Curve = []
 
     steps_per_it = env.num_envs * params.ppo.num_steps_per_env
     max_it = max(1, math.ceil(params.max_env_steps / steps_per_it))
@@ -283,14 +303,15 @@ def _train(
     fingerprint = resume_fingerprint(params, family, model, validation_seed)
     saved = load_resume(resume_file, fingerprint, device, say)
     with tempfile.TemporaryDirectory(prefix="s3-rsl-") as log_dir:
-        runner = make_runner(env, params.ppo, device, log_dir=log_dir, logger=logger_cfg)
+        runner = make_runner(env, params.ppo, device, log_dir=log_dir, logger=CURVE_WRITER)
         done_it, t_ppo, refreshes = 0, 0.0, 0
         resumed_from: int | None = None
         if saved is not None:
             done_it, t_ppo, refreshes, checkpoints = _restore(saved, runner, env, pool)
             resumed_from = done_it
             t_start -= float(saved["wall_s"])  # max_minutes and the reported wall time span both runs
-            ml.log_metrics(client, run_id, {"train/resumed_from_iteration": done_it}, step=max(done_it - 1, 0))
+            if run is not None:
+                run.log_metrics({"train/resumed_from_iteration": done_it}, step=max(done_it - 1, 0))
             say(f"train {family}: resuming from {resume_file} at iteration {done_it}/{max_it}")
         _guard_updates(runner, done_it)
         stopped_by = "max_env_steps"
@@ -299,17 +320,21 @@ def _train(
             t0 = time.perf_counter()
             try:
                 with quiet():
-                    learn_chunk(runner, n_it)
+                    chunk = learn_chunk(runner, n_it)
             except NonFiniteUpdate as e:
-                runner.logger.stop_logging_writer()  # the learning curve up to the failure reaches MLflow
+                if run is not None:  # the learning curve up to the failure
+                    run.log_curve(chunk_curve(runner), prefix="train/")
                 kept = f"kept the last good state in {resume_file} (iteration {done_it})" if resume_file.exists() else "no good state had been saved yet"
                 raise TrainError(f"{folder}: {e}; training stopped, {kept}") from None
             t_ppo += time.perf_counter() - t0
             done_it += n_it
             checkpoints.append({"iteration": done_it - 1, "env_steps": done_it * steps_per_it, "wall_s": round(time.perf_counter() - t_start, 2),
                                 "actor": _clone_state(runner.alg.get_policy()), "critic": _clone_state(runner.alg.critic)})  # fmt: skip
-            rewards = [v for t, _, v in ml.curve(run_id) if t == "Train/mean_reward"]
-            ml.log_metrics(client, run_id, {"train/env_steps": done_it * steps_per_it, "train/invalid_model_steps": env.invalid_model_steps}, step=done_it - 1)
+            curve += chunk
+            rewards = [v for t, _, v in curve if t == "Train/mean_reward"]
+            if run is not None:
+                run.log_curve(chunk, prefix="train/")
+                run.log_metrics({"train/env_steps": done_it * steps_per_it, "train/invalid_model_steps": env.invalid_model_steps}, step=done_it - 1)
             say(
                 f"train {family}: it {done_it}/{max_it}  {done_it * steps_per_it / 1e6:.2f} M steps  reward {rewards[-1] if rewards else float('nan'):.2f}  {time.perf_counter() - t_start:.0f} s"
             )
@@ -334,14 +359,11 @@ def _train(
             for c, summary in zip(checkpoints, validate_checkpoints(actor, [c["actor"] for c in checkpoints], model, val_tracks, params, device))
         ]
         t_val = time.perf_counter() - t_val
-        ml.log_points(
-            client,
-            run_id,
-            [
-                ({"val/score": h["score"], "val/completion_rate": h["completion_rate"], "val/mean_lap_time_s": h["mean_lap_time_s"]}, h["iteration"])
-                for h in history
-            ],
-        )
+        if run is not None:
+            for h in history:
+                run.log_metrics(
+                    {"val/score": h["score"], "val/completion_rate": h["completion_rate"], "val/mean_lap_time_s": h["mean_lap_time_s"]}, h["iteration"]
+                )
         kept = kept_index([h["score"] for h in history], params.validation_tolerance)
         best = {"score": history[kept]["score"], "iteration": history[kept]["iteration"], "env_steps": history[kept]["env_steps"], "summary": history[kept]}
         actor.load_state_dict(checkpoints[kept]["actor"])
@@ -412,7 +434,7 @@ def _train(
             },
             "history": [{k: v for k, v in h.items() if k != "reasons"} for h in history],
             "params": params.model_dump(mode="json"),
-            "mlflow_run_id": run_id,
+            "mlflow_run_id": None if run is None else run.run_id,
         }
         meta = json_safe(meta)
         save_policy(folder, actor, critic, meta)
@@ -425,30 +447,23 @@ def _train(
     if plot_path is not None:
         from s3.viz.train_plots import plot_learning_curve
 
-        plot_learning_curve(plot_path, ml.curve(run_id), history, steps_per_it, f"{family}: PPO in the distilled environment", best["env_steps"])
-    client = ml.client(uri)
-    ml.log_metrics(
-        client,
-        run_id,
-        {
-            "val/best_score": best["score"],
-            "road_course_nominal/completed": None if road["completed"] is None else float(road["completed"]),
-            "road_course_nominal/lap_time_s": road["lap_time_s"],
-            "train/wall_s": wall,
-            "train/ppo_steps_per_s": meta["train"]["ppo_steps_per_s"],
-        },
-        step=done_it - 1,
-    )
-    for f in (folder / "policy.json", Path(plot_path) if plot_path else None):
-        if f is not None and f.exists():
-            try:
-                client.log_artifact(run_id, str(f), artifact_path="train")
-            except Exception as e:  # an unreachable artifact store must not lose the trained policy
-                say(f"train {family}: could not log artifact {f.name} to MLflow ({e})")
+        plot_learning_curve(plot_path, curve, history, steps_per_it, f"{family}: PPO in the distilled environment", best["env_steps"])
+    if run is not None:  # a Run never raises: MLflow trouble cannot lose the trained policy
+        run.log_metrics(
+            {
+                "val/best_score": best["score"],
+                "road_course_nominal/completed": None if road["completed"] is None else float(road["completed"]),
+                "road_course_nominal/lap_time_s": road["lap_time_s"],
+                "train/wall_s": wall,
+                "train/ppo_steps_per_s": meta["train"]["ppo_steps_per_s"],
+            },
+            step=done_it - 1,
+        )
+        run.log_artifacts([folder / "policy.json", *([plot_path] if plot_path else [])], "train")
     say(
         f"train {family}: kept iteration {best['iteration']} (val {best['score']:.3f}); road course nominal: {road['reason']} {road['lap_time_s']} s; {wall:.0f} s -> {folder}"
     )
-    return {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
+    return {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}, curve
 
 
 def _resume_state(fingerprint: str, runner: Any, env: DistilledEnv, done_it: int, t_ppo: float, wall_s: float,
@@ -492,15 +507,16 @@ def train(
     plots_dir: str | Path,
     params: TrainParams,
     metrics_dir: str | Path | None = None,
-    run_id: str | None = None,
+    run: Run | None = None,
 ) -> dict[str, Any]:
-    """Train a policy in models/<family>/'s distilled env; write policies/<family>/ and the plot."""
+    """Train a policy in models/<family>/'s distilled env; write policies/<family>/ and the plot;
+    log into `run` if given."""
     from s3.dynamics.checkpoint import load_checkpoint
 
     device = resolve_device(params.device)
     model_folder = Path(models_dir) / family
     model = load_checkpoint(model_folder, family, device)
-    summary = train_policy(model, Path(out_dir) / family, Path(plots_dir) / f"{family}.png", params, family, run_id, model_folder)
+    summary = train_policy(model, Path(out_dir) / family, Path(plots_dir) / f"{family}.png", params, family, run, model_folder)
     if metrics_dir is not None:
         write_json_atomic(Path(metrics_dir) / f"{family}.json", summary)
     return summary

@@ -219,7 +219,6 @@ class TrainParams(_Section):
         0.1, ge=0.0, le=1.0, description="keep the latest checkpoint scoring within this of the best (0: the best; see s3.rl.train)"
     )
     road_course_check: bool = Field(True, description="after training, drive the nominal road course once (information only)")
-    mlflow_experiment: str = Field("s3", min_length=1, max_length=200)
     env: EnvParams = EnvParams()
     tracks: TrackPoolParams = TrackPoolParams()
     ppo: PPOParams = PPOParams()

@@ -50,12 +50,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 from torch import Tensor
 
 from s3.dynamics.base import DynamicsModel, integrate_pose
 from s3.rl.params import EnvParams
+from s3.rl.task_env import TaskVecEnv
 from s3.task.actions import split_action
 from s3.task.observation import Observer
 from s3.task.rules import TERMS, EndRules, Rules
@@ -71,10 +71,8 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return torch.device(device)
 
 
-class DistilledEnv(VecEnv):
+class DistilledEnv(TaskVecEnv):
     """Batched driving environment over any dynamics family (see the module docstring)."""
-
-    num_actions = 2
 
     def __init__(
         self,
@@ -156,15 +154,6 @@ class DistilledEnv(VecEnv):
         """(d, heading error, w_left, w_right) [N, 4] (s3.task.frame)."""
         return self.frame.feats
 
-    @property
-    def episode_length_buf(self) -> Tensor:
-        """Steps into the episode [N] (rsl_rl reads and may randomise it)."""
-        return self.rules.steps
-
-    @episode_length_buf.setter
-    def episode_length_buf(self, value: Tensor) -> None:
-        self.rules.steps = value
-
     @torch.no_grad()
     def _hold_throttle_table(self, v_max: float = 45.0, n_v: int = 46, n_u: int = 51) -> tuple[Tensor, Tensor]:
         """Throttle [n_v] that keeps each speed of a grid [n_v] constant under this model (mu = 1)."""
@@ -218,9 +207,6 @@ class DistilledEnv(VecEnv):
         return mask
 
     # ------------------------------------------------------------------ VecEnv
-    def get_observations(self) -> TensorDict:
-        return TensorDict({"policy": self.obs}, batch_size=[self.num_envs], device=self.device)
-
     @torch.inference_mode()
     def reset(self) -> TensorDict:
         """Reset every car (random starts) and return the observations."""
@@ -302,7 +288,3 @@ class DistilledEnv(VecEnv):
     def invalid_model_steps(self) -> int:
         """Model outputs rejected (non-finite or absurd) since construction."""
         return int(self.invalid_count)
-
-    def track_length(self) -> Tensor:
-        """Lap length [N] of each car's current track (as resampled inside the env)."""
-        return self.frame.length()

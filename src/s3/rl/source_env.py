@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 from torch import Tensor
 
 from s3.rl import SOURCE_WORKER_PRELOAD
 from s3.rl.params import EnvParams
+from s3.rl.task_env import TaskVecEnv
 from s3.sim.base import Control, SimulatorError
 from s3.task.actions import split_action
 from s3.task.observation import Observer
@@ -227,10 +227,8 @@ class _Workers:
         self.procs, self.conns = [], []
 
 
-class SourceVecEnv(VecEnv):
+class SourceVecEnv(TaskVecEnv):
     """rsl_rl VecEnv over N source-simulator cars in worker processes (see the module docstring)."""
-
-    num_actions = 2
 
     def __init__(
         self,
@@ -279,15 +277,6 @@ class SourceVecEnv(VecEnv):
             self.close()
             raise
 
-    @property
-    def episode_length_buf(self) -> Tensor:
-        """Steps into the episode [N] (rsl_rl reads and may randomise it)."""
-        return self.rules.steps
-
-    @episode_length_buf.setter
-    def episode_length_buf(self, value: Tensor) -> None:
-        self.rules.steps = value
-
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         """Stop the worker processes (idempotent)."""
@@ -308,9 +297,6 @@ class SourceVecEnv(VecEnv):
             pass
 
     # ------------------------------------------------------------------ VecEnv
-    def get_observations(self) -> TensorDict:
-        return TensorDict({"policy": self.obs}, batch_size=[self.num_envs], device=self.device)
-
     @torch.inference_mode()
     def reset(self) -> TensorDict:
         """Every car to a random start (DistilledEnv's distribution); returns the observations."""
@@ -422,10 +408,6 @@ class SourceVecEnv(VecEnv):
         self.ep_return[ids] = 0.0
 
     # ------------------------------------------------------------------ reporting
-    def track_length(self) -> Tensor:
-        """Lap length [N] of each car's current track (as resampled for the observation)."""
-        return self.frame.length()
-
     def pop_stats(self) -> dict[str, float | int | None]:
         """Episodes finished and mean speed since the last call (the direct learning curve)."""
         out = self._stats.summary()

@@ -57,7 +57,7 @@ def ws(tmp_path: Path) -> Path:
         _write(m / "eval" / f"{fam}.json", _eval(COMPLETION[fam], COMPLETION[fam]))
         _write(m / "train" / f"{fam}.json", {"family": fam, "train": {"wall_s": RL_WALL[fam], "env_steps": 10**6}})
     _write(m / "eval" / "oracle.json", _eval(1.0, 1.0, 90.0))
-    _write(m / "train" / "oracle.json", {"family": "oracle", "train": {"wall_s": 25.0}})
+    _write(m / "train" / "oracle.json", {"policy": "oracle", "family": "dytr", "train": {"wall_s": 25.0}})
     _write(m / "eval" / "direct.json", _eval(1.0, 0.0, gap=False))
     _write(m / "train" / "direct.json", {"wall_s": 80.0, "budget_s": 300.0, "env_steps": 12000, "env_steps_per_s": 150.0, "workers": 2})
     _write(m / "eval" / "pid.json", _eval(1.0, 1.0, 120.0, gap=False))
@@ -177,7 +177,7 @@ def test_efficiency_arithmetic(ws: Path) -> None:
 
 def test_rl_wall_counts_every_seed_trained_side_by_side(ws: Path) -> None:
     seeds = {"selected_seed": 1, "wall_s": 40.0, "seeds": [{"seed": 0, "wall_s": 38.0}, {"seed": 1, "wall_s": 25.0}]}
-    _write(ws / "metrics" / "train" / "oracle.json", {"family": "oracle", "train": {"wall_s": 25.0}, "seed_selection": seeds})
+    _write(ws / "metrics" / "train" / "oracle.json", {"policy": "oracle", "family": "dytr", "train": {"wall_s": 25.0}, "seed_selection": seeds})
     eff = rp.build_report(ws / "metrics")["efficiency"]
     assert eff["families"]["oracle"]["rl_wall_s"] == 40.0  # the whole seed stage, not the kept seed's 25 s
     assert eff["families"]["ddm"]["rl_wall_s"] == 20.0  # one seed: its own wall clock

@@ -240,13 +240,13 @@ def test_oracle_with_one_seed_trains_in_its_family_model_named_for_itself(bicycl
     monkeypatch.setenv("S3_MLFLOW", "1")
     save_checkpoint(bicycle, root / "models" / "bicycle")
     tiny = {**TINY, "max_env_steps": 64 * 8 * 2, "chunk_iterations": 2, "env": {"num_envs": 64}, "ppo": {**TINY["ppo"], "num_steps_per_env": 8}}
-    params = Params.model_validate({"train": {**tiny, "seeds": 1, "oracle_family": "bicycle"}})
+    params = Params.model_validate({"train": {**tiny, "seeds": 1}, "policies_in_models": {"oracle": {"model": "bicycle"}}})
     summary = train_one("oracle", params, root / "models", root / "policies", root / "plots", root / "metrics")
     meta = json.loads((root / "policies" / "oracle" / "policy.json").read_text())
     assert summary["policy"] == "oracle" and summary["family"] == "bicycle" and meta["obs"]["surface_label"]
     run = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}").get_run(summary["mlflow_run_id"])
     assert run.info.run_name == "oracle" and run.data.tags["s3.family"] == "oracle" and run.data.tags["s3.kind"] == "family"
-    assert run.info.status == "FINISHED" and run.data.params["family"] == "bicycle" and run.data.params["train.oracle_family"] == "bicycle"
+    assert run.info.status == "FINISHED" and run.data.params["family"] == "bicycle"
     assert {"train/Train/mean_reward", "train/train.wall_s"} <= set(run.data.metrics)  # the PPO curve and the stage's summary, one run
     assert json.loads((root / "metrics" / "oracle.json").read_text())["policy"] == "oracle"
 
@@ -323,6 +323,8 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
         "obs": env.layout.to_json(),
         "policy": {"recurrent": kind == "gru", "num_actions": 2, "actor_cfg": runner.cfg["actor"]},
         "params": {"env": env_params.model_dump()},
+        "train": {"env_steps": 64, "wall_s": 12.5, "ppo_steps_per_s": 900},
+        "mlflow_run_id": "0123abcd",
     }
     save_policy(tmp_path / "a", actor, runner.alg.critic, meta)
     save_policy(tmp_path / "b", actor, runner.alg.critic, meta)
@@ -330,6 +332,7 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     saved = json.loads((tmp_path / "a" / "policy.json").read_text())
     assert saved["policy"]["export"]["file"] == EXPORT
+    assert "mlflow_run_id" not in saved and saved["train"] == {"env_steps": 64}  # the run's clock and id: metrics/train only
     assert saved["policy"]["export"]["inputs"] == (["obs", "h"] if kind == "gru" else ["obs"])
     exported = _onnx_policy(tmp_path / "a" / EXPORT)
     rebuilt, _ = load_actor(tmp_path / "a")

@@ -87,13 +87,22 @@ def collect(params: ParamsPath = Path("params.yaml"), set_: Overrides = None, qu
     log_collect(p, manifest)  # MLflow; S3_MLFLOW=0 skips
 
 
-def _families(family: str) -> list[str]:
-    """The model families a `--family` option names ("all" = every family)."""
-    from s3.dynamics.params import FAMILIES
+FAMILIES_KEY = "params.yaml: families"
+POLICIES_KEY = "params.yaml: families, policies_in_models; direct"
 
-    if family != "all" and family not in FAMILIES:
-        raise ParamsError(f"--family: {family!r} is not one of {', '.join(FAMILIES)}, all")
-    return list(FAMILIES) if family == "all" else [family]
+
+def _pick(option: str, known: list[str], every: list[str], where: str) -> list[str]:
+    """The names a `--family` option picks: one of `known`, or "all" (= `every`)."""
+    if option == "all":
+        return list(every)
+    if option not in known:
+        raise ParamsError(f"--family: {option!r} is not one of {', '.join(known)}, all ({where})")
+    return [option]
+
+
+def _families(family: str, p: Params) -> list[str]:
+    """The model families a `--family` option names ("all" = every family of params.yaml)."""
+    return _pick(family, list(p.families), list(p.families), FAMILIES_KEY)
 
 
 MODELS_DIR, DISTILL_METRICS, DISTILL_PLOTS = Path("models"), Path("metrics/distill"), Path("plots/distill")
@@ -101,7 +110,7 @@ MODELS_DIR, DISTILL_METRICS, DISTILL_PLOTS = Path("models"), Path("metrics/disti
 
 @app.command()
 def distill(
-    family: Annotated[str, typer.Option(help="bicycle, ddm, transformer, dytr, or all")] = "all",
+    family: Annotated[str, typer.Option(help="a model family (params.yaml `families`), or all")] = "all",
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
     quiet: Quiet = False,
@@ -111,7 +120,7 @@ def distill(
 
     p = _params(params, set_)
     with _one_line_errors():
-        families = _families(family)
+        families = _families(family, p)
         dp = p.distill.model_copy(update={"progress_bar": p.distill.progress_bar and not quiet})
         results = distill_many(families, Path(p.collect.out_dir), MODELS_DIR, DISTILL_METRICS, DISTILL_PLOTS, dp)
     _table_console().print(comparison_table(results))
@@ -146,29 +155,25 @@ def regress(
 
 
 POLICIES_DIR, TRAIN_PLOTS, TRAIN_METRICS = Path("policies"), Path("plots/train"), Path("metrics/train")
-EXTRA_POLICIES = ("oracle", "direct")  # the baselines that are trained policies (see `s3 train`)
 
 
 @app.command()
 def train(
-    family: Annotated[str, typer.Option(help="bicycle, ddm, transformer, dytr, oracle, direct, or all (the four families)")] = "all",
+    family: Annotated[str, typer.Option(help="a family, oracle, direct (params.yaml `families`, `policies_in_models`), or all (the families)")] = "all",
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
     quiet: Quiet = False,
 ) -> None:
     """Train PPO policies (policies/<name>/): in each family's distilled env, the oracle, or direct.
 
-    `all` = the four families; `oracle` = PPO in train.oracle_family's env with the surface label
-    observed; `direct` = PPO in the source simulator for train.direct.budget_s.
+    `all` = the families; `oracle` = PPO in its model's env (params.yaml `policies_in_models`) with
+    the surface label observed; `direct` = PPO in the source simulator for train.direct.budget_s.
     """
-    from s3.rl.stage import policy_names, train_policies
+    from s3.rl.stage import train_policies
 
     p = _params(params, set_)
     with _one_line_errors():
-        try:
-            names = policy_names(family)
-        except ValueError as e:
-            raise ParamsError(str(e)) from None
+        names = _pick(family, p.policies(), list(p.families), POLICIES_KEY)
         root = p.model_copy(update={"train": p.train.model_copy(update={"progress_bar": p.train.progress_bar and not quiet})})
         results = train_policies(names, root, MODELS_DIR, POLICIES_DIR, TRAIN_PLOTS, TRAIN_METRICS)
     for fam, r in results.items():
@@ -177,12 +182,11 @@ def train(
 
 @app.command()
 def evaluate(
-    family: Annotated[str, typer.Option(help="a model family, oracle, direct, a baseline (pid, pid_blind), or all")] = "all",
+    family: Annotated[str, typer.Option(help="a trained policy (a family, oracle, direct), a baseline (pid, pid_blind), or all")] = "all",
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
 ) -> None:
     """Drive policies (and baselines) in the source simulator on the held-out road course."""
-    from s3.dynamics.params import FAMILIES
     from s3.evaluate.evaluate import BASELINES, evaluate_baseline, evaluate_driver
     from s3.evaluate.policy_driver import policy_factory
     from s3.evaluate.policy_eval import evaluate_policy
@@ -190,10 +194,8 @@ def evaluate(
     p = _params(params, set_)
     ep = p.evaluate
     with _one_line_errors():
-        known = [*FAMILIES, *EXTRA_POLICIES, *BASELINES]
-        if family != "all" and family not in known:
-            raise ParamsError(f"--family: {family!r} is not one of {', '.join(known)}, all")
-        names = [*FAMILIES, *EXTRA_POLICIES, *BASELINES] if family == "all" else [family]
+        known = [*p.policies(), *BASELINES]
+        names = _pick(family, known, known, f"{POLICIES_KEY}; the baselines")
         results = {}
         for name in names:
             out, plots = Path(ep.out_dir) / f"{name}.json", Path(ep.plot_dir) / name
@@ -203,7 +205,7 @@ def evaluate(
                 continue
             folder = POLICIES_DIR / name
             if not (folder / "policy.json").exists():
-                if family == "all" and name in EXTRA_POLICIES:
+                if family == "all" and name not in p.families:
                     console.print(f"evaluate: skipping {name} ({folder} has no policy)")
                     continue
                 raise ParamsError(f"{folder}: no policy; run `s3 train --family {name}` first")
@@ -220,17 +222,20 @@ def report(
     metrics_dir: Annotated[Path, typer.Option(help="where metrics/distill, train and eval live")] = Path("metrics"),
     reports_dir: Annotated[Path, typer.Option(help="reports/report.md goes here")] = Path("reports"),
     plots_dir: Annotated[Path, typer.Option(help="the accuracy-vs-quality figure goes here")] = Path("plots/report"),
+    params: ParamsPath = Path("params.yaml"),
+    set_: Overrides = None,
 ) -> None:
     """Prediction accuracy vs policy quality, and the efficiency of distillation (metrics/report.json)."""
     from s3.evaluate.report import report as run_report
 
+    p = _params(params, set_)
     with _one_line_errors():
-        run_report(metrics_dir, reports_dir, plots_dir, _table_console())
+        run_report(metrics_dir, reports_dir, plots_dir, _table_console(), families=list(p.families), models=p.models())
 
 
 @app.command()
 def probe(
-    family: Annotated[str, typer.Option(help="bicycle, ddm, transformer, dytr, or all")] = "all",
+    family: Annotated[str, typer.Option(help="a model family (params.yaml `families`), or all")] = "all",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object {family: probes}")] = False,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
@@ -243,7 +248,7 @@ def probe(
 
     p = _params(params, set_)
     with _one_line_errors():
-        results = probe_folders(_families(family), MODELS_DIR, p.sim)
+        results = probe_folders(_families(family, p), MODELS_DIR, p.sim)
     if as_json:
         print(json.dumps(results))
         return
@@ -266,7 +271,6 @@ def holdout(
 
     The road course stays held out; this is the check the README's decisions cite (s3.evaluate.holdout).
     """
-    from s3.dynamics.params import FAMILIES
     from s3.evaluate.holdout import SURFACES
     from s3.evaluate.holdout import holdout as run_holdout
     from s3.rl.export import load_policy_fn, policy_env_params
@@ -275,10 +279,8 @@ def holdout(
     with _one_line_errors():
         if surface not in SURFACES:
             raise ParamsError(f"--surface: {surface!r} is not one of {', '.join(SURFACES)}")
-        known = [*FAMILIES, *EXTRA_POLICIES]
-        if family != "all" and family not in known:
-            raise ParamsError(f"--family: {family!r} is not one of {', '.join(known)}, all")
-        names = [n for n in known if (POLICIES_DIR / n / "policy.json").exists()] if family == "all" else [family]
+        known = p.policies()
+        names = _pick(family, known, [n for n in known if (POLICIES_DIR / n / "policy.json").exists()], POLICIES_KEY)
         policies = {}
         for name in names:
             if not (POLICIES_DIR / name / "policy.json").exists():

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from s3.compute.params import ComputeParams
 from s3.data.params import CollectParams
 from s3.dynamics.params import DistillParams
+from s3.dynamics.registry import FAMILIES
 from s3.evaluate.params import EvaluateParams
 from s3.platform.regress import RegressParams
 from s3.rl.params import TrainParams
@@ -52,12 +53,39 @@ class SimParams(BaseModel):
         return self
 
 
+class FamilyEntry(BaseModel):
+    """A model family the pipeline runs (params.yaml `families`): distill@, train@, evaluate@<family>."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(None, description="the distilled model its policy trains in: the family itself (dvc.yaml's train stage reads it)")
+    distill: list[str] | None = Field(None, min_length=3, max_length=3, description="the three distill keys only its distill@<family> stage tracks (dvc.yaml)")
+
+
+class PolicyEntry(BaseModel):
+    """A policy trained inside a distilled model (params.yaml `policies_in_models`): train@<policy>."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="the model family it trains in")
+    distill: list[str] | None = Field(None, description="a family's entry carries it here (`<<: *families`); unused")
+
+
+DIRECT = "direct"  # the policy trained in the source simulator itself (train_direct)
+
+
 class Params(BaseModel):
     """Everything in params.yaml."""
 
     model_config = ConfigDict(extra="forbid")
 
     seed: int = Field(0, ge=0, le=2**31 - 1)
+    families: dict[str, FamilyEntry] = Field(
+        default_factory=lambda: {f: FamilyEntry() for f in FAMILIES}, description="the model families the pipeline runs (s3.dynamics.registry)"
+    )
+    policies_in_models: dict[str, PolicyEntry] = Field(
+        default_factory=dict, description="policies trained inside a distilled model; each family's own policy is implied"
+    )
     sim: SimParams = SimParams()
     collect: CollectParams = CollectParams()
     distill: DistillParams = DistillParams()
@@ -65,6 +93,46 @@ class Params(BaseModel):
     evaluate: EvaluateParams = EvaluateParams()
     regress: RegressParams = RegressParams()
     compute: ComputeParams = ComputeParams()
+
+    @model_validator(mode="after")
+    def _names(self) -> Params:
+        tree = self.model_dump()
+        for fam, entry in self.families.items():
+            if fam not in FAMILIES:
+                raise ValueError(f"families.{fam}: no such model family in s3.dynamics.registry ({', '.join(FAMILIES)})")
+            if entry.model not in (None, fam):
+                raise ValueError(f"families.{fam}.model: {entry.model!r}; a family's policy trains in its own model ({fam!r})")
+            for i, key in enumerate(entry.distill or ()):
+                node: Any = tree
+                for part in key.split("."):
+                    node = node.get(part) if isinstance(node, dict) else None
+                if not key.startswith("distill.") or node is None:
+                    raise ValueError(f"families.{fam}.distill[{i}]: {key!r} is not a distill.* key of params.yaml")
+        for name, entry in self.policies_in_models.items():
+            if name == DIRECT:
+                raise ValueError(f"policies_in_models.{DIRECT}: {DIRECT!r} trains in the source simulator (train_direct), not in a model")
+            want = [name] if name in self.families else list(self.families)
+            if entry.model not in want:
+                raise ValueError(f"policies_in_models.{name}.model: {entry.model!r} is not one of {', '.join(want)}")
+        for name in self.train.per_policy:
+            if name not in self.policies():
+                raise ValueError(f"train.per_policy.{name}: not one of the policies ({', '.join(self.policies())})")
+        return self
+
+    def models(self) -> dict[str, str]:
+        """Policy -> the model family it trains in: each family's own policy, then `policies_in_models`."""
+        return {**{f: f for f in self.families}, **{n: e.model for n, e in self.policies_in_models.items()}}
+
+    def policies(self) -> list[str]:
+        """Every trained policy: those trained in a distilled model, then `direct` (in the source simulator)."""
+        return [*self.models(), DIRECT]
+
+    def model_of(self, policy: str) -> str:
+        """The model family `policy` trains in (ParamsError naming the policies it knows)."""
+        models = self.models()
+        if policy not in models:
+            raise ParamsError(f"{policy!r} is not a policy trained in a model ({', '.join(models)}: params.yaml families, policies_in_models)")
+        return models[policy]
 
 
 def _apply_override(tree: dict[str, Any], assignment: str) -> None:
@@ -101,6 +169,8 @@ def _one_line(err: ValidationError, source: str) -> str:
     if first["type"] == "extra_forbidden":
         allowed = ", ".join(_allowed_keys(Params, loc))
         return f"{source}: unknown key {key!r} (allowed here: {allowed})"
+    if not loc and first["type"] == "value_error":
+        return f"{source}: {first['msg'].removeprefix('Value error, ')}"
     got = first.get("input")
     got_txt = "" if isinstance(got, dict) else f" (got {got!r})"
     more = f" [+{len(err.errors()) - 1} more]" if len(err.errors()) > 1 else ""
@@ -131,6 +201,28 @@ def load_params(path: str | Path | None = "params.yaml", overrides: list[str] | 
     if overrides:
         source += " + --set"
     try:
-        return Params.model_validate(tree)
+        params = Params.model_validate(tree)
     except ValidationError as e:
         raise ParamsError(_one_line(e, source)) from None
+    _check_stage_lists(tree, params, source)
+    return params
+
+
+def _check_stage_lists(tree: dict[str, Any], params: Params, source: str) -> None:
+    """What dvc.yaml's `foreach` stages need of a params file that lists `families`, beyond validity:
+    DVC templating reads the file as written and has no defaults."""
+    if "families" not in tree:
+        return
+    for fam, entry in tree["families"].items():
+        if entry.get("model") != fam or len(entry.get("distill") or ()) != 3:
+            raise ParamsError(f"{source}: families.{fam}: dvc.yaml needs {{model: {fam}, distill: [three distill keys]}}")
+    listed = tree.get("policies_in_models") or {}
+    for fam in tree["families"]:
+        if fam not in listed:
+            raise ParamsError(f"{source}: policies_in_models.{fam}: missing: the train stages come from this list (`<<: *families` carries every family)")
+    per_policy = (tree.get("train") or {}).get("per_policy") or {}
+    for name in params.policies():
+        if name not in per_policy:
+            raise ParamsError(
+                f"{source}: train.per_policy.{name}: missing: the evaluate stages come from this list and train@{name} tracks the entry (`{name}: {{}}`)"
+            )

@@ -30,11 +30,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from s3.dynamics.params import FAMILIES
+from s3.dynamics.registry import FAMILIES
 from s3.io import json_safe, write_json_atomic, write_text_atomic
 
-BASELINES = ("oracle", "direct", "pid", "pid_blind")
-ORACLE_MODEL = "dytr"  # the oracle policy is trained in dytr's distilled env, with the friction label
+BASELINES = ("direct", "pid", "pid_blind")  # trained in the source simulator, or not trained
 CONDITIONS = ("nominal", "ice")
 ERROR_METRICS = ("ade_1s_all", "ade_2s_all", "ade_1s_ice", "ade_2s_ice")
 PROBE_METRICS = ("probe_3s_asphalt", "probe_3s_ice")  # manoeuvre probes (s3.evaluate.probes), from metrics/eval
@@ -120,9 +119,11 @@ def _names(folder: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
 
 
-def _order(names: Iterable[str]) -> list[str]:
-    """Families first, then oracle and the baselines, then anything else alphabetically."""
-    known = [*FAMILIES, *BASELINES]
+def _order(names: Iterable[str], families: Iterable[str] = FAMILIES, models: Mapping[str, str] | None = None) -> list[str]:
+    """Families first, then the other policies trained in a model (the oracle) and the baselines,
+    then anything else alphabetically."""
+    families = list(families)
+    known = [*families, *dict.fromkeys(n for n in [*(models or {}), "oracle"] if n not in families), *BASELINES]
     names = set(names)
     return [n for n in known if n in names] + sorted(names - set(known))
 
@@ -195,7 +196,7 @@ def spearman(errors: Mapping[str, float | None], ranks: Mapping[str, float]) -> 
     """rho of (error, quality rank) over the families with both (see DEFINITIONS['spearman'])."""
     from scipy.stats import spearmanr
 
-    names = [n for n in FAMILIES if errors.get(n) is not None and n in ranks]
+    names = [n for n in errors if errors.get(n) is not None and n in ranks]
     out: dict[str, Any] = {"rho": None, "p_value": None, "n": len(names), "families": names, "reason": None}
     x, y = [errors[n] for n in names], [ranks[n] for n in names]
     if len(names) < 3:
@@ -226,10 +227,10 @@ def _spearman_exact(x: list[float], y: list[float]) -> tuple[float, float]:
     return rho, float(np.mean(np.abs(null) >= abs(rho) - 1e-9))
 
 
-def _row(name: str, distill: dict | None, ev: dict | None, train: dict | None, prediction_from: str | None) -> dict[str, Any]:
+def _row(name: str, kind: str, distill: dict | None, ev: dict | None, train: dict | None, prediction_from: str | None) -> dict[str, Any]:
     policy = policy_columns(ev)
     return {
-        "kind": _kind(name),
+        "kind": kind,
         "prediction_from": prediction_from,
         "prediction": prediction_columns(distill, ev),
         "policy": policy,
@@ -242,22 +243,22 @@ def _row(name: str, distill: dict | None, ev: dict | None, train: dict | None, p
     }
 
 
-def _kind(name: str) -> str:
-    if name in FAMILIES:
+def _kind(name: str, families: list[str], models: Mapping[str, str]) -> str:
+    if name in families:
         return "family"
-    if name == "oracle":
-        return "oracle"
+    if name == "oracle" or name in models:
+        return "oracle" if name == "oracle" else "policy"
     return "baseline" if name in BASELINES else "other"
 
 
-def _prediction_source(name: str, d: Path, train: dict | None) -> str | None:
-    """Whose distill metrics describe this policy's dynamics model (the oracle drives dytr's)."""
+def _prediction_source(name: str, d: Path, train: dict | None, families: list[str], models: Mapping[str, str]) -> str | None:
+    """Whose distill metrics describe this policy's dynamics model (the oracle drives its model's)."""
     if (d / f"{name}.json").exists():
         return name
     fam = _get(train, "family")
-    if isinstance(fam, str) and fam in FAMILIES:
+    if isinstance(fam, str) and fam in families:
         return fam
-    return ORACLE_MODEL if name == "oracle" else None
+    return models.get(name)
 
 
 # ------------------------------------------------------------------------------------ efficiency
@@ -382,30 +383,36 @@ def _efficiency_block(rows: Mapping[str, dict[str, Any]], collect: dict[str, Any
 # ----------------------------------------------------------------------------------- the report
 
 
-def build_report(metrics_dir: Path, manifest: Path | None = None) -> dict[str, Any]:
+def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iterable[str] | None = None,
+                 models: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """Join the stage metrics into the report dict (reads files, writes nothing).
 
     `manifest` defaults to <metrics_dir>/../data/rollouts/manifest.json (the project layout).
+    `families` (default: every family of s3.dynamics.registry) and `models` (policy -> the model
+    family it trains in; default: each family its own) come from params.yaml in `s3 report`.
     """
+    families = list(FAMILIES if families is None else families)
+    models = {**{f: f for f in families}, **(models or {})}
     metrics_dir = Path(metrics_dir)
     manifest = Path(manifest) if manifest is not None else metrics_dir.parent / "data" / "rollouts" / "manifest.json"
     missing: list[str] = []
     d_dir, e_dir, t_dir = metrics_dir / "distill", metrics_dir / "eval", metrics_dir / "train"
-    names = _order({*FAMILIES, *_names(d_dir), *_names(e_dir), *(n for n in _names(t_dir) if n != "direct")})
-    names = [n for n in names if n in FAMILIES or n in BASELINES or (e_dir / f"{n}.json").exists()]
+    names = _order({*models, *_names(d_dir), *_names(e_dir), *(n for n in _names(t_dir) if n != "direct")}, families, models)
+    names = [n for n in names if n in models or n in BASELINES or (e_dir / f"{n}.json").exists()]
     rows: dict[str, dict[str, Any]] = {}
     evals: dict[str, dict | None] = {}
     for name in names:
         evals[name] = _read(e_dir / f"{name}.json", missing)
-        trained = _kind(name) in ("family", "oracle")
+        kind = _kind(name, families, models)
+        trained = kind in ("family", "oracle", "policy")
         train = _read(t_dir / f"{name}.json", missing) if trained else None
-        src = _prediction_source(name, d_dir, train) if trained else None
+        src = _prediction_source(name, d_dir, train, families, models) if trained else None
         distill = _read(d_dir / f"{src}.json", missing) if src else None
-        rows[name] = _row(name, distill, evals[name], train, src)
-    for name, rank in quality_ranks({n: r for n, r in rows.items() if n in FAMILIES}).items():
+        rows[name] = _row(name, kind, distill, evals[name], train, src)
+    for name, rank in quality_ranks({n: r for n, r in rows.items() if n in families}).items():
         rows[name]["quality"]["rank"] = rank
     ranks = {n: r["quality"]["rank"] for n, r in rows.items() if r["quality"]["rank"] is not None}
-    corr = {m: spearman({n: rows[n]["prediction"][m] for n in FAMILIES}, ranks) for m in CORRELATED}
+    corr = {m: spearman({n: rows[n]["prediction"][m] for n in families}, ranks) for m in CORRELATED}
 
     man = _read(manifest, missing)
     dt = _control_dt(man, metrics_dir, evals)
@@ -638,9 +645,10 @@ def log_report_mlflow(report: Mapping[str, Any], artifacts: Iterable[Path] = ())
 
 
 def report(metrics_dir: str | Path = "metrics", reports_dir: str | Path = "reports", plots_dir: str | Path = "plots/report",
-           console: Console | None = None) -> dict[str, Any]:  # fmt: skip
+           console: Console | None = None, families: Iterable[str] | None = None,
+           models: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """The `s3 report` stage: build, write, print and log the report; returns the report dict."""
-    rep = build_report(Path(metrics_dir))
+    rep = build_report(Path(metrics_dir), families=families, models=models)
     paths = write_report(rep, Path(metrics_dir), Path(reports_dir), Path(plots_dir))
     console = console or Console()
     console.print(report_table(rep))

@@ -2,9 +2,10 @@
 
     train_policies(names, root_params, models_dir, out_dir, plots_dir, metrics_dir) -> {name: summary}
 
-- a family (bicycle, ddm, transformer, dytr): PPO in that family's distilled env (s3.rl.train);
-- `oracle`: PPO in `train.oracle_family`'s distilled env with the surface label observed (the true
-  friction under and ahead of the car): an upper bound on what knowing the surface buys;
+- a family (params.yaml `families`): PPO in that family's distilled env (s3.rl.train);
+- `oracle`: PPO in the distilled env of its model (params.yaml `policies_in_models`) with the
+  surface label observed (the true friction under and ahead of the car): an upper bound on what
+  knowing the surface buys;
 - `direct`: PPO in the source simulator itself for `train.direct.budget_s` (s3.rl.direct).
 Each gets `train.per_policy.<name>` merged over the shared train params, and writes
 <out_dir>/<name>/, <plots_dir>/<name>.png and <metrics_dir>/<name>.json. With `train.seeds` > 1 a
@@ -27,19 +28,7 @@ from typing import Any
 from s3.io import write_json_atomic
 from s3.platform import tracking
 from s3.rl import TRAIN_WORKER_PRELOAD
-from s3.rl.params import POLICY_NAMES
 from s3.workers import forkserver_context, prestart
-
-FAMILY_POLICIES = ("bicycle", "ddm", "transformer", "dytr")
-
-
-def policy_names(option: str) -> list[str]:
-    """The policies a `--family` option names: one of POLICY_NAMES, or "all" (the four families)."""
-    if option == "all":
-        return list(FAMILY_POLICIES)
-    if option not in POLICY_NAMES:
-        raise ValueError(f"--family: {option!r} is not one of {', '.join(POLICY_NAMES)}, all")
-    return [option]
 
 
 def train_one(name: str, root: Any, models_dir: str | Path, out_dir: str | Path, plots_dir: str | Path,
@@ -70,7 +59,7 @@ def _train(name: str, root: Any, models_dir: str | Path, out_dir: str | Path, pl
     from s3.rl.env import resolve_device
     from s3.rl.train import TrainError, train_policy
 
-    family = tp.oracle_family if name == "oracle" else name
+    family = root.model_of(name)
     model_folder = Path(models_dir) / family
     if tp.seeds > 1:
         from s3.rl.seeds import train_seeds

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from s3.dynamics.bicycle import BicycleModel, fit_bicycle
+from s3.dynamics.bicycle import BicycleModel
 
-from doubles.synthetic_car import generate_rollouts
+from doubles.synthetic_car import fitted_bicycle
 
 
 @pytest.fixture(scope="module")
 def bicycle() -> BicycleModel:
-    """A bicycle fitted on synthetic rollouts of the known single-track car (as in test_rl_env)."""
-    df = generate_rollouts(n_episodes=16, episode_steps=200, seed=1).sort_values(["episode", "step"])
-    s = df[["vx", "vy", "yaw_rate", "steer"]].to_numpy(np.float32)
-    a = df[["steering_cmd", "throttle_cmd", "brake_cmd"]].to_numpy(np.float32)
-    same = df["episode"].to_numpy()[1:] == df["episode"].to_numpy()[:-1]
-    fit = fit_bicycle(s[:-1][same], a[:-1][same], s[1:][same], 0.1, df["mu_mean"].to_numpy()[:-1][same] >= 0.5)
-    return BicycleModel(history=5, dt=0.1, use_mu=False, fit=fit)
+    """A bicycle fitted on synthetic rollouts of the known single-track car."""
+    return fitted_bicycle()
 
 
 @pytest.fixture(scope="module")

@@ -46,13 +46,14 @@ def _tiny(out: Path, *extra: str) -> Params:
 
 
 def _collect(params: Params) -> tuple[pd.DataFrame | None, dict]:
-    """Collect; return (rows or None when nothing was kept, manifest); never keep a cached simulator."""
+    """Collect; return (rows or None when nothing was kept, manifest with the run record under "run");
+    never keep a cached simulator."""
+    out = Path(params.collect.out_dir)
     try:
-        collect(params, quiet=True)
+        collect(params, quiet=True, metrics_path=out.parent / "collect.json")
     finally:
         drop_worker_sim()
-    out = Path(params.collect.out_dir)
-    m = read_manifest(out)
+    m = {**read_manifest(out), "run": json.loads((out.parent / "collect.json").read_text())}
     return (load_rollouts(out) if m["shards"] else None), m
 
 
@@ -72,7 +73,8 @@ def test_worker_process_death_is_retried_and_the_data_is_unchanged(mujoco_ref, t
     df, m = _collect(_tiny(tmp_path, "collect.workers=2"))
     assert (tmp_path / "died").exists(), "the fault was injected"
     assert m["lost"] == [] and m["episodes_lost"] == 0
-    assert {r["shard"] for r in m["retried_this_run"]} >= {1} and all(set(r["causes"]) == {"worker process died"} for r in m["retried_this_run"])
+    retried = m["run"]["retried_this_run"]  # the run's record: retries do not change the dataset's bytes
+    assert {r["shard"] for r in retried} >= {1} and all(set(r["causes"]) == {"worker process died"} for r in retried)
     pd.testing.assert_frame_equal(df, mujoco_ref)
 
 
@@ -111,7 +113,7 @@ def test_beamng_drop_mid_episode_is_retried_and_the_data_is_unchanged(beamng_ref
     with BeamngStandin(drop_after_steps=25) as server:
         df, m = _collect(_bng(tmp_path, server.port))
     assert server.dropped == 1
-    assert m["lost"] == [] and m["retried_this_run"] == [{"shard": 0, "episodes": [0, 0], "retries": 1, "causes": ["simulator lost"]}]
+    assert m["lost"] == [] and m["run"]["retried_this_run"] == [{"shard": 0, "episodes": [0, 0], "retries": 1, "causes": ["simulator lost"]}]
     pd.testing.assert_frame_equal(df, beamng_ref)
 
 
@@ -306,18 +308,12 @@ def _mlflow_uri(tmp: Path) -> str:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """models/bicycle: a bicycle fitted on synthetic rollouts (as in test_train)."""
-    from s3.dynamics.bicycle import BicycleModel, fit_bicycle
     from s3.dynamics.checkpoint import save_checkpoint
 
-    from doubles.synthetic_car import generate_rollouts
+    from doubles.synthetic_car import fitted_bicycle
 
-    df = generate_rollouts(n_episodes=6, episode_steps=120, seed=1).sort_values(["episode", "step"])
-    s = df[["vx", "vy", "yaw_rate", "steer"]].to_numpy(np.float32)
-    a = df[["steering_cmd", "throttle_cmd", "brake_cmd"]].to_numpy(np.float32)
-    same = df["episode"].to_numpy()[1:] == df["episode"].to_numpy()[:-1]
-    fit = fit_bicycle(s[:-1][same], a[:-1][same], s[1:][same], 0.1, df["mu_mean"].to_numpy()[:-1][same] >= 0.5)
     root = tmp_path_factory.mktemp("rl")
-    save_checkpoint(BicycleModel(history=5, dt=0.1, use_mu=False, fit=fit), root / "models" / "bicycle")
+    save_checkpoint(fitted_bicycle(n_episodes=6, episode_steps=120), root / "models" / "bicycle")
     return root / "models"
 
 

@@ -14,7 +14,6 @@ import torch
 from pydantic import ValidationError
 
 from s3.dynamics.base import DynamicsModel
-from s3.dynamics.bicycle import BicycleModel, fit_bicycle
 from s3.rl.controllers import PurePursuit, straight_line
 from s3.rl.env import DistilledEnv
 from s3.rl.params import EnvParams, TrackPoolParams, TrainParams
@@ -26,27 +25,9 @@ from s3.task.observation import Observer
 from s3.task.rules import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT
 from s3.tracks.generate import procedural_track
 
-from doubles.synthetic_car import generate_rollouts
-
 torch.set_num_threads(1)
 
 N = 8
-
-
-def fitted_bicycle(history: int = 5) -> BicycleModel:
-    """A bicycle fitted on synthetic rollouts of the known single-track car."""
-    df = generate_rollouts(n_episodes=16, episode_steps=200, seed=1).sort_values(["episode", "step"])
-    s = df[["vx", "vy", "yaw_rate", "steer"]].to_numpy(np.float32)
-    a = df[["steering_cmd", "throttle_cmd", "brake_cmd"]].to_numpy(np.float32)
-    mu = df["mu_mean"].to_numpy()
-    same = df["episode"].to_numpy()[1:] == df["episode"].to_numpy()[:-1]
-    fit = fit_bicycle(s[:-1][same], a[:-1][same], s[1:][same], 0.1, mu[:-1][same] >= 0.5)
-    return BicycleModel(history=history, dt=0.1, use_mu=False, fit=fit)
-
-
-@pytest.fixture(scope="module")
-def bicycle() -> BicycleModel:
-    return fitted_bicycle()
 
 
 @pytest.fixture(scope="module")

@@ -263,3 +263,16 @@ def write_rollouts(df: pd.DataFrame, folder: str | Path, dt: float, episodes_per
     }
     write_manifest(folder, manifest)
     return folder
+
+
+def fitted_bicycle(history: int = 5, use_mu: bool = False, n_episodes: int = 16, episode_steps: int = 200, seed: int = 1):
+    """A BicycleModel fitted on synthetic rollouts of the known car (grip = asphalt rows): the
+    small, fast dynamics model the RL and evaluation tests drive."""
+    from s3.dynamics.bicycle import BicycleModel, fit_bicycle
+
+    df = generate_rollouts(n_episodes=n_episodes, episode_steps=episode_steps, seed=seed).sort_values(["episode", "step"])
+    s = df[["vx", "vy", "yaw_rate", "steer"]].to_numpy(np.float32)
+    a = df[["steering_cmd", "throttle_cmd", "brake_cmd"]].to_numpy(np.float32)
+    same = df["episode"].to_numpy()[1:] == df["episode"].to_numpy()[:-1]
+    fit = fit_bicycle(s[:-1][same], a[:-1][same], s[1:][same], 0.1, df["mu_mean"].to_numpy()[:-1][same] >= 0.5)
+    return BicycleModel(history=history, dt=0.1, use_mu=use_mu, fit=fit)

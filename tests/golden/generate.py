@@ -42,17 +42,11 @@ def fixed_model():
 
 
 def fit_model() -> None:
-    from s3.dynamics.bicycle import BicycleModel, fit_bicycle
     from s3.dynamics.checkpoint import save_checkpoint
 
-    from doubles.synthetic_car import generate_rollouts
+    from doubles.synthetic_car import fitted_bicycle
 
-    df = generate_rollouts(n_episodes=16, episode_steps=200, seed=1).sort_values(["episode", "step"])
-    s = df[["vx", "vy", "yaw_rate", "steer"]].to_numpy(np.float32)
-    a = df[["steering_cmd", "throttle_cmd", "brake_cmd"]].to_numpy(np.float32)
-    same = df["episode"].to_numpy()[1:] == df["episode"].to_numpy()[:-1]
-    fit = fit_bicycle(s[:-1][same], a[:-1][same], s[1:][same], 0.1, df["mu_mean"].to_numpy()[:-1][same] >= 0.5)
-    save_checkpoint(BicycleModel(history=5, dt=0.1, use_mu=True, fit=fit), HERE / "model")
+    save_checkpoint(fitted_bicycle(use_mu=True), HERE / "model")
 
 
 def fixed_tracks():

@@ -36,8 +36,9 @@ def _rows(path: Path) -> str:
     table = pq.read_table(path)
     h = hashlib.sha256()
     for name in sorted(table.column_names):
+        values = table.column(name).to_numpy()
         h.update(name.encode())
-        h.update(np.ascontiguousarray(table.column(name).to_numpy()).tobytes())
+        h.update(np.ascontiguousarray(values).tobytes() if values.dtype != object else "\0".join(map(str, values)).encode())
     return h.hexdigest()[:16]
 
 

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench clean pipeline quick ui flow mlflow-ui nightly
+.PHONY: install run test test-all lint bench clean pipeline quick ui flow mlflow-ui nightly
 
 # torch first, pinned to the CPU build: letting a later package pull torch would fetch CUDA.
 $(STAMP): pyproject.toml
@@ -19,7 +19,10 @@ install: $(STAMP)
 run: install  ## the main job: the whole pipeline on default params (dvc repro; re-runs only what changed)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
 
-test: install
+test: install  ## everything but the `slow` tests, plus one end-to-end quick pipeline (tests/test_pipeline.py)
+	$(BIN)/pytest -q -m "not slow"
+
+test-all: install  ## every test, the slow ones too (the nightly flow runs them; run before resolving an issue)
 	$(BIN)/pytest -q
 
 lint: install  ## ruff: lint and format check (CI runs it before the tests)

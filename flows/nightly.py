@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from prefect import flow, get_run_logger
@@ -44,9 +46,11 @@ def nightly_regression(
     share_cache: bool = True,
     mlflow: bool = True,
     targets: list[str] | None = None,
+    slow_tests: bool = True,
 ) -> str:
     """Pipeline on `params_file` in a scratch workspace, then `s3 regress` against the baseline
-    (default: the source's regress.baseline). Fails with the summary when a metric regressed."""
+    (default: the source's regress.baseline), then the source's `slow` tests (the whole-pipeline
+    tests `make test` leaves out). Fails with the summary when a metric regressed or a test failed."""
     from s3.config import load_params
     from s3.platform.regress import record as record_baseline
     from s3.platform.regress import run_check
@@ -73,7 +77,22 @@ def nightly_regression(
         (logger.info if ok else logger.error)(line)
     if not ok:
         raise RegressionFailed(text)
+    if slow_tests:
+        text += "\n" + run_slow_tests(src)
     return text
+
+
+class SlowTestsFailed(RuntimeError):
+    """`pytest -m slow` failed in the source tree; the message is its summary."""
+
+
+def run_slow_tests(src: Path) -> str:
+    """The source tree's `slow` tests (pytest -m slow), in a subprocess; raises SlowTestsFailed."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider"], cwd=src, capture_output=True, text=True)
+    summary = (out.stdout.strip().splitlines() or ["(no output)"])[-1]
+    if out.returncode != 0:
+        raise SlowTestsFailed(f"slow tests: {summary}\n{out.stdout[-3000:]}")
+    return f"slow tests: {summary}"
 
 
 if __name__ == "__main__":

@@ -107,7 +107,8 @@ def test_nightly_regression_fails_on_degraded_metrics(prefect_harness, tmp_path:
     ws = tmp_path / "nightly"
     ws.mkdir()
     base = tmp_path / "baseline.json"
-    kw = {"source": str(ROOT), "workdir": str(ws), "baseline": str(base), "share_cache": False, "mlflow": False, "targets": ["distill@bicycle"]}
+    kw = {"source": str(ROOT), "workdir": str(ws), "baseline": str(base), "share_cache": False, "mlflow": False, "targets": ["distill@bicycle"],
+          "slow_tests": False}  # fmt: skip
     msg = nightly_regression(record=True, **kw)  # bicycle only keeps this quick
     assert "recorded" in msg and set(json.loads(base.read_text())["metrics"]) == {"metrics/distill/bicycle.json"}
     assert "no regression" in nightly_regression(**kw)
@@ -118,3 +119,15 @@ def test_nightly_regression_fails_on_degraded_metrics(prefect_harness, tmp_path:
     assert state.is_failed()
     with pytest.raises(RegressionFailed, match="REGRESSION"):
         state.result()
+
+
+def test_the_nightly_flow_runs_the_slow_tests_and_fails_with_them(tmp_path: Path) -> None:
+    """run_slow_tests is pytest -m slow in the given tree: a failing slow test fails it, with its summary."""
+    from flows.nightly import SlowTestsFailed, run_slow_tests
+
+    (tmp_path / "test_x.py").write_text("import pytest\n\n@pytest.mark.slow\ndef test_a():\n    assert 1 == 2\n\ndef test_b():\n    pass\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
+    with pytest.raises(SlowTestsFailed, match="1 failed, 1 deselected"):
+        run_slow_tests(tmp_path)
+    (tmp_path / "test_x.py").write_text("import pytest\n\n@pytest.mark.slow\ndef test_a():\n    pass\n")
+    assert "1 passed" in run_slow_tests(tmp_path)

@@ -18,7 +18,7 @@ POLICIES = (*FAMILIES, "oracle", "direct")
 STAGES = ("collect", *(f"distill@{f}" for f in FAMILIES), *(f"train@{p}" for p in POLICIES if p != "direct"), "train_direct",
           *(f"evaluate@{p}" for p in POLICIES), "evaluate_baseline@pid", "evaluate_baseline@pid_blind", "report")  # fmt: skip
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # the whole quick pipeline: ~4 min on 2 idle cores
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]  # the whole quick pipeline: ~4 min on 2 idle cores; `make test` runs it
 
 
 def _dvc(ws: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -131,3 +131,18 @@ def test_one_policys_train_param_reruns_its_train_evaluate_and_the_report(quick:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     ran = {line.split("'")[1] for line in out.stdout.splitlines() if line.startswith("Running stage")}
     assert ran == {"train@ddm", "evaluate@ddm", "report"}
+
+
+@pytest.mark.slow
+def test_quick_outputs_match_the_golden_digests(quick: dict) -> None:
+    """The content of every output (rollout rows, model and policy tensors, evaluation outcomes) is
+    pinned by tests/golden/quick.json. Bit for bit on one machine kind only, so `slow`: run before
+    resolving an issue, and by the nightly flow; a deliberate change regenerates it in its own commit."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from golden.quick_digest import HERE, digest
+
+    pinned = json.loads((HERE / "quick.json").read_text())
+    got = digest(quick["ws"])
+    assert sorted(got) == sorted(pinned)
+    moved = {k for k in pinned if got[k] != pinned[k]}
+    assert not moved, f"outputs whose content moved: {sorted(moved)}"

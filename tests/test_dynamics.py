@@ -321,6 +321,8 @@ def test_bicycle_distill_writes_everything(rollouts_dir, workspace, results) -> 
     assert (workspace["models"] / "bicycle" / "model.safetensors").exists()
     on_disk = json.loads((workspace["metrics"] / "bicycle.json").read_text())
     assert on_disk["family"] == "bicycle" and set(on_disk["rollout"]) == {"all", "asphalt", "ice", "transition"}
+    card = json.loads((workspace["models"] / "bicycle" / "model.json").read_text())
+    assert "wall_s" in on_disk["train"] and "wall_s" not in card["extra"]["train"]  # the run's clock: the metrics only
     assert on_disk["rollout"]["transition"]["windows"] > 0 and on_disk["rollout"]["ice"]["windows"] > 0
     assert (workspace["plots"] / "bicycle_trajectories.png").stat().st_size > 10_000
     assert (workspace["plots"] / "bicycle_error_vs_horizon.png").exists()

@@ -323,6 +323,8 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
         "obs": env.layout.to_json(),
         "policy": {"recurrent": kind == "gru", "num_actions": 2, "actor_cfg": runner.cfg["actor"]},
         "params": {"env": env_params.model_dump()},
+        "train": {"env_steps": 64, "wall_s": 12.5, "ppo_steps_per_s": 900},
+        "mlflow_run_id": "0123abcd",
     }
     save_policy(tmp_path / "a", actor, runner.alg.critic, meta)
     save_policy(tmp_path / "b", actor, runner.alg.critic, meta)
@@ -330,6 +332,7 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     saved = json.loads((tmp_path / "a" / "policy.json").read_text())
     assert saved["policy"]["export"]["file"] == EXPORT
+    assert "mlflow_run_id" not in saved and saved["train"] == {"env_steps": 64}  # the run's clock and id: metrics/train only
     assert saved["policy"]["export"]["inputs"] == (["obs", "h"] if kind == "gru" else ["obs"])
     exported = _onnx_policy(tmp_path / "a" / EXPORT)
     rebuilt, _ = load_actor(tmp_path / "a")

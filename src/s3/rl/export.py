@@ -3,7 +3,8 @@
 policies/<family>/
     policy.safetensors   actor + critic weights (keys "actor.*", "critic.*"), normaliser included
     policy.onnx          ONNX (opset 18): the deterministic actor, loadable without s3, rsl_rl or torch
-    policy.json          obs layout, action spec, params, validation score, training summary
+    policy.json          obs layout, action spec, params, validation score, training summary (no
+                         wall clock, no run id: the same weights and params give the same bytes)
 
 The exported graph maps obs [B, D] (float32, the layout in policy.json) to the command
 [B, 3] = (steering_cmd in [-1, 1], throttle_cmd in [0, 1], brake_cmd in [0, 1]), any batch size B:
@@ -39,6 +40,9 @@ from s3.task.actions import policy_to_command
 WEIGHTS, EXPORT, META = "policy.safetensors", "policy.onnx", "policy.json"
 OPSET = 18  # the oldest opset torch's exporter writes natively (its default is 20): read by onnxruntime >= 1.14 and other current runtimes
 EXPORT_FORMAT = "s3-policy-onnx-1"
+# What a run measured about itself rather than about the policy: kept out of policy.json (the
+# stage's metrics file has them), so the same weights and params give the same file bytes.
+RUN_ONLY_KEYS = frozenset({"mlflow_run_id", "wall_s", "rl_wall_s", "ppo_wall_s", "validation_wall_s", "over_budget_s", "env_steps_per_s", "ppo_steps_per_s"})
 
 
 class DeployedPolicy(nn.Module):
@@ -207,10 +211,20 @@ def _strip_provenance(graph: Any) -> None:
         del node.metadata_props[:]
 
 
+def without_run_only(obj: Any) -> Any:
+    """`obj` (policy.json's content) without RUN_ONLY_KEYS at any depth."""
+    if isinstance(obj, dict):
+        return {k: without_run_only(v) for k, v in obj.items() if k not in RUN_ONLY_KEYS}
+    if isinstance(obj, list):
+        return [without_run_only(v) for v in obj]
+    return obj
+
+
 def save_policy(folder: str | Path, actor: nn.Module, critic: nn.Module, meta: dict[str, Any]) -> Path:
     """Write weights, the ONNX export and the JSON (each atomically); returns the folder.
 
-    policy.json is `meta` plus meta["policy"]["export"] (export_spec): how to call policy.onnx.
+    policy.json is `meta` without RUN_ONLY_KEYS (wall clocks, run ids: they belong in the stage's
+    metrics), plus meta["policy"]["export"] (export_spec): how to call policy.onnx.
     """
     folder = Path(folder)
     state = {f"actor.{k}": v.detach().cpu().contiguous() for k, v in actor.state_dict().items()}
@@ -222,7 +236,7 @@ def save_policy(folder: str | Path, actor: nn.Module, critic: nn.Module, meta: d
     with atomic_path(folder / EXPORT) as tmp:
         tmp.write_bytes(data)
     meta = {**meta, "policy": {**meta.get("policy", {}), "export": export_spec(module)}}
-    write_json_atomic(folder / META, meta)
+    write_json_atomic(folder / META, without_run_only(meta))
     return folder
 
 

@@ -15,12 +15,15 @@ evaluation road course plays no part in the choice.
 
 Files. Candidates train in <out_dir>/.seeds/<name>/seed<k>/ (outside the DVC output, so that a
 killed run resumes: each keeps its own resume file, and a finished candidate whose params,
-dynamics model and validation tracks are unchanged is reused rather than retrained). When all are
-done, the winner is copied into <out_dir>/<name>/ (its policy.json gains "seed_selection"), every
-candidate (with its learning_curve.png) moves to <out_dir>/<name>/seeds/seed<k>/, and the
-winner's curve becomes `plot_path`. `seed_selection.rl_wall_s` is the policy's RL wall clock: this
-call's, or, when finished candidates were reused, their own train walls run side by side in rounds
-of `seed_workers`, plus the selection.
+dynamics model and validation tracks are unchanged is reused rather than retrained; its summary,
+with the wall clock and run id that policy.json leaves out, is seed<k>.summary.json beside it).
+When all are done, the winner is copied into <out_dir>/<name>/ (its policy.json gains
+"seed_selection", without wall clocks or run ids), every candidate (with its learning_curve.png)
+moves to <out_dir>/<name>/seeds/seed<k>/, and the winner's curve becomes `plot_path`. The
+returned summary's `seed_selection.rl_wall_s` is the policy's RL wall clock: this call's, or,
+when finished candidates were reused, their own train walls run side by side in rounds of
+`seed_workers`, plus the selection (null when a reused candidate's own time is not known: one
+copied out of a finished policy, whose policy.json records none).
 
 MLflow. Given the policy's run (s3.platform.tracking.Run; None logs nothing), each candidate
 trained here logs into its own run nested under it (`<name>-seed<k>`, tags s3.kind=seed,
@@ -45,7 +48,7 @@ from typing import Any
 from s3.io import atomic_path, write_json_atomic
 from s3.platform.tracking import Run
 from s3.rl import TRAIN_WORKER_PRELOAD
-from s3.rl.export import EXPORT, META, WEIGHTS
+from s3.rl.export import EXPORT, META, WEIGHTS, without_run_only
 from s3.rl.params import SELECTION_ONLY, TrainParams
 from s3.rl.tracks import VALIDATION_SEED_BASE
 from s3.rl.train import file_sha256
@@ -78,7 +81,15 @@ def _finished(folder: Path, params: TrainParams, model_folder: Path, validation_
     same_tracks = meta.get("validation", {}).get("track_seeds") == tracks
     if saved != params.model_dump(mode="json", exclude=SELECTION_ONLY) or not (same_model and same_tracks) or not (folder / EXPORT).exists():
         return None
-    return {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
+    try:  # policy.json has no wall clock or run id: the summary a (killed) run left beside the candidate does
+        return json.loads(_summary_path(folder).read_text())
+    except (OSError, ValueError):  # e.g. copied out of a finished policy's seeds/: its training time is not known
+        return {**{k: meta.get(k) for k in ("family", "validation", "road_course_nominal", "train")}, "mlflow_run_id": None}
+
+
+def _summary_path(folder: Path) -> Path:
+    """A candidate's training summary (with its wall clock and MLflow run id), beside its folder."""
+    return folder.parent / f"{folder.name}.summary.json"
 
 
 def _train_candidate(
@@ -90,7 +101,9 @@ def _train_candidate(
     from s3.rl.train import train_policy_curve
 
     model = load_checkpoint(Path(model_folder), family, resolve_device(params.device))
-    return train_policy_curve(model, folder, plot_path, params, family, run, model_folder, validation_seed)
+    summary, curve = train_policy_curve(model, folder, plot_path, params, family, run, model_folder, validation_seed)
+    write_json_atomic(_summary_path(Path(folder)), summary)  # a re-run that reuses this candidate reads it
+    return summary, curve
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -146,7 +159,7 @@ def train_seeds(
                     seed_run.finish(status[seed])
     table = [
         {"seed": s, "validation_score": r["validation"]["score"], "iteration": r["validation"]["iteration"], "env_steps": r["train"]["env_steps"],
-         "wall_s": r["train"]["wall_s"], "mlflow_run_id": r["mlflow_run_id"]}
+         "wall_s": r["train"].get("wall_s"), "mlflow_run_id": r["mlflow_run_id"]}
         for s, r in sorted(results.items())
     ]  # fmt: skip
     rule = "best validation score on the shared held-out procedural tracks (ties: lowest seed); the road course is not used"
@@ -166,7 +179,7 @@ def train_seeds(
     for f in (WEIGHTS, EXPORT):
         _copy(src / f, final / f)
     meta = json.loads((src / META).read_text())
-    write_json_atomic(final / META, {**meta, "seed_selection": selection})
+    write_json_atomic(final / META, without_run_only({**meta, "seed_selection": selection}))
     if (src / CURVE).exists():
         _copy(src / CURVE, Path(plot_path))
     shutil.rmtree(final / "seeds", ignore_errors=True)
@@ -182,7 +195,9 @@ def train_seeds(
     workers = seed_workers(params)
     if len(todo) == len(runs):
         rl_wall = wall
-    else:  # reused candidates trained in an earlier call: their own walls, side by side in rounds of `workers`
-        rl_wall = -(-len(runs) // workers) * max(r["wall_s"] for r in table) + (time.perf_counter() - t_select)
-    timing = {"wall_s": round(wall, 1), "rl_wall_s": round(rl_wall, 1), "reused_seeds": sorted(set(results) - {p.seed for p in todo}), "workers": workers}
+    else:  # reused candidates trained in an earlier call: their own walls, side by side in rounds of `workers` (one unknown: not measured)
+        walls = [r["wall_s"] for r in table]
+        rl_wall = None if None in walls else -(-len(runs) // workers) * max(walls) + (time.perf_counter() - t_select)
+    timing = {"wall_s": round(wall, 1), "rl_wall_s": None if rl_wall is None else round(rl_wall, 1),
+              "reused_seeds": sorted(set(results) - {p.seed for p in todo}), "workers": workers}  # fmt: skip
     return {**results[best], "seed_selection": {**selection, **timing}}

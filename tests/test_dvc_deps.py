@@ -1,0 +1,172 @@
+"""dvc.yaml's deps cover the source each stage runs, derived from the code rather than listed by hand.
+
+For each stage, its `s3 <command>` is the typer command of that name in s3/cli.py. The modules the
+command runs are the s3 modules its function (and the cli helpers it calls) import, closed over
+every import statement of those modules (at the top or inside a function: the lazy imports
+are what the stage runs; `if TYPE_CHECKING:` blocks are not) and every string naming an s3 module
+(the worker preload lists, the model registry's "module:class"). The closure stops at EXEMPT.
+Each module's file must be a dep of the stage, or lie in a folder that is, unless it holds
+nothing but its docstring (a package's __init__.py, usually): then it cannot change a result.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+CLI = SRC / "s3" / "cli.py"
+
+# Modules a stage runs that are deliberately not deps (and whose own imports are not followed).
+EXEMPT = {
+    "s3.cli": "the command line: dispatch and printing; what it passes on is params, which DVC tracks as params",
+    "s3.config": "params validation (it imports every section's params module): the values a stage reads reach DVC as params",
+    "s3.platform.tracking": "MLflow logging: writes runs, never a stage's outputs",
+}
+MODULE_STRING = re.compile(r"^s3(\.\w+)+(:\w+)?$")
+
+
+def _file(module: str) -> Path | None:
+    """The source file of an s3 module (a package's __init__.py), None when it is not one."""
+    path = SRC.joinpath(*module.split("."))
+    if (path / "__init__.py").is_file():
+        return path / "__init__.py"
+    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+
+
+def _with_packages(module: str) -> set[str]:
+    """`module` and the packages Python imports first: s3.rl.stage -> s3, s3.rl, s3.rl.stage."""
+    parts = module.split(".")
+    return {".".join(parts[: i + 1]) for i in range(len(parts))}
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the nodes inside `if TYPE_CHECKING:` blocks (imports there never run)."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return skip
+
+
+def _imported(node: ast.AST) -> set[str]:
+    """The s3 modules an import statement imports (with their packages)."""
+    out: set[str] = set()
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            out |= _with_packages(alias.name)
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        out |= _with_packages(node.module)
+        out |= {f"{node.module}.{a.name}" for a in node.names if _file(f"{node.module}.{a.name}")}
+    return {m for m in out if m.split(".")[0] == "s3" and _file(m)}
+
+
+@cache
+def _module_imports(module: str) -> frozenset[str]:
+    """Every s3 module `module` imports anywhere in its file, or names in a string."""
+    tree = ast.parse(_file(module).read_text())
+    skip = _type_checking_only(tree)
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        out |= _imported(node)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_STRING.match(node.value):
+            named = node.value.split(":")[0]
+            if _file(named):
+                out |= _with_packages(named)
+    return frozenset(out - {module})
+
+
+def _command_modules(command: str) -> set[str]:
+    """The s3 modules the typer command `command` imports: its function's imports, the cli helpers
+    it calls (followed), and the cli's module-level imports it uses."""
+    from s3.cli import app
+
+    names = {(c.name or c.callback.__name__.replace("_", "-")): c.callback.__name__ for c in app.registered_commands}
+    tree = ast.parse(CLI.read_text())
+    funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    top: dict[str, set[str]] = {}  # a name the cli imports at the top -> its module
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                top[alias.asname or alias.name.split(".")[0]] = _imported(node)
+    out: set[str] = set()
+    todo, seen = [names[command]], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(funcs[name]):
+            out |= _imported(node)
+            if isinstance(node, ast.Name):
+                if node.id in funcs:
+                    todo.append(node.id)
+                out |= top.get(node.id, set())
+    return out
+
+
+def _inert(module: str) -> bool:
+    """True when the module's file holds nothing but a docstring."""
+    body = ast.parse(_file(module).read_text()).body
+    return all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str) for n in body)
+
+
+def stage_modules(command: str) -> set[str]:
+    """The s3 modules `s3 <command>` runs (the closure described in the module docstring), less EXEMPT."""
+    closure: set[str] = set()
+    todo = list(_command_modules(command))
+    while todo:
+        module = todo.pop()
+        if module in closure:
+            continue
+        closure.add(module)
+        if module not in EXEMPT:
+            todo.extend(_module_imports(module))
+    return closure - set(EXEMPT)
+
+
+@cache
+def _stages() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """stage name -> (its `s3` command, its deps that are paths), as DVC resolves dvc.yaml."""
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+
+    with Repo(str(ROOT)) as repo:
+        return {
+            st.addressing: (st.cmd.split()[1], tuple(d.def_path for d in st.deps if not isinstance(d, ParamsDependency)))
+            for st in repo.index.stages
+            if st.cmd.startswith("s3 ")
+        }
+
+
+def test_the_closure_follows_lazy_and_string_imports() -> None:
+    train = stage_modules("train")
+    assert {"s3.rl.stage", "s3.rl.train", "s3.rl.seeds", "s3.rl.direct"} <= train  # imported inside train_one
+    assert {"s3.dynamics.ddm", "s3.sim.mujoco_car"} <= train  # the registry's "module:class", a worker preload
+    assert "s3" in train and not set(EXEMPT) & train
+
+
+def test_every_stage_runs_an_s3_command() -> None:
+    stages = _stages()
+    assert {"collect", "distill@bicycle", "train@oracle", "train_direct", "evaluate@direct", "evaluate_baseline@pid", "report"} <= set(stages)
+    from s3.cli import app
+
+    commands = {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}
+    assert {cmd for cmd, _ in stages.values()} <= commands
+
+
+@pytest.mark.parametrize("stage", sorted(_stages()))
+def test_stage_deps_cover_the_source_it_runs(stage: str) -> None:
+    command, deps = _stages()[stage]
+    dep_paths = [ROOT / d for d in deps]
+    missing = sorted(
+        str(f.relative_to(ROOT)) for f in (_file(m) for m in stage_modules(command) if not _inert(m)) if not any(f == d or d in f.parents for d in dep_paths)
+    )
+    assert not missing, f"dvc.yaml: {stage} (`s3 {command}`) runs these files but lists none of them or their folders as deps: {missing}"

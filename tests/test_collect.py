@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import signal
 import subprocess
@@ -179,17 +180,22 @@ def test_careful_driver_stays_on_track() -> None:
 
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(dataset: tuple[Path, pd.DataFrame], tmp_path: Path) -> None:
     """Kill `s3 collect` part-way with SIGKILL: the re-run keeps finished shards, shows no partial
-    one, and ends with exactly the rows of an uninterrupted run."""
+    one, and ends with exactly the rows of an uninterrupted run; the run record (metrics/collect.json,
+    in the command's cwd) keeps what the killed run's shards cost, so the re-run still knows the
+    whole dataset's collection time."""
     _, ref = dataset
     out = tmp_path / "rollouts"
+    record = tmp_path / "metrics" / "collect.json"
     sets = [a for o in [*TINY, "collect.workers=1", f"collect.out_dir={out}", f"collect.plot_dir={tmp_path}/plots"] for a in ("--set", o)]
     cmd = [sys.executable, "-m", "s3", "collect", "--quiet", *sets]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while not (out / shard_name(0)).exists() and time.monotonic() < deadline and proc.poll() is None:
+    while not ((out / shard_name(0)).exists() and record.exists()) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    before = json.loads(record.read_text())
+    assert before["complete"] is False and before["shards"], "a finished shard is recorded at once"
     assert not (out / "manifest.json").exists(), "a killed run must not leave a manifest claiming a dataset"
     assert all(f.suffix == ".parquet" or f.name == ".s3_lock" or f.name.endswith(".tmp") for f in out.iterdir())
     finished = {f.name: f.stat().st_mtime_ns for f in out.glob("shard-*.parquet")}
@@ -198,3 +204,9 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(dataset: tuple[Path, pd.
     for name, mtime in finished.items():
         assert (out / name).stat().st_mtime_ns == mtime, f"{name} was redone"
     pd.testing.assert_frame_equal(load_rollouts(out), ref)
+    after = json.loads(record.read_text())
+    assert after["complete"] is True and {s["file"] for s in after["shards"] if s["reused"]} == set(finished)
+    for s in before["shards"]:  # the killed run's shards keep their seconds
+        assert next(a for a in after["shards"] if a["file"] == s["file"])["seconds"] == s["seconds"]
+    if all(s["seconds"] is not None for s in after["shards"]):
+        assert after["wall_seconds_total"] == pytest.approx(sum(s["seconds"] for s in after["shards"]) / after["workers"], abs=0.01)

@@ -61,8 +61,9 @@ def ws(tmp_path: Path) -> Path:
     _write(m / "eval" / "direct.json", _eval(1.0, 0.0, gap=False))
     _write(m / "train" / "direct.json", {"wall_s": 80.0, "budget_s": 300.0, "env_steps": 12000, "env_steps_per_s": 150.0, "workers": 2})
     _write(m / "eval" / "pid.json", _eval(1.0, 1.0, 120.0, gap=False))
-    manifest = {"control_dt": 0.1, "rows": 5000, "wall_seconds_this_run": 100.0, "simulator": "mujoco", "params": {"collect": {"workers": 4}}}
+    manifest = {"control_dt": 0.1, "rows": 5000, "simulator": "mujoco", "params": {"collect": {"workers": 0}}}
     _write(tmp_path / "data" / "rollouts" / "manifest.json", manifest)
+    _write(m / "collect.json", {"wall_seconds_this_run": 60.0, "wall_seconds_total": 100.0, "workers": 4})  # the run's clock, not the data's
     return tmp_path
 
 
@@ -158,6 +159,7 @@ def test_efficiency_arithmetic(ws: Path) -> None:
     assert eff["control_dt"] == 0.1
     c, d = eff["collect"], eff["direct"]
     assert c["wall_s"] == 100.0 and c["workers"] == 4 and c["real_time_car_s"] == pytest.approx(500.0)
+    assert c["wall_s_source"] == "metrics/collect.json wall_seconds_total"  # the whole dataset, reused shards included
     assert c["real_time_wall_s"] == pytest.approx(125.0) and c["real_time_factor_per_worker"] == pytest.approx(1.25)
     assert d["reached"] is True and d["t_to_policy_s"] == 80.0
     assert d["real_time_wall_s"] == pytest.approx(600.0)  # 12000 steps x 0.1 s / 2 workers
@@ -223,7 +225,7 @@ def test_missing_inputs_are_not_measured(tmp_path: Path) -> None:
 def test_nan_and_unknown_workers_never_become_numbers(ws: Path) -> None:
     d = _distill(math.nan, 50.0)
     (ws / "metrics" / "distill" / "ddm.json").write_text(json.dumps(d))  # NaN as Python's json writes it
-    _write(ws / "data" / "rollouts" / "manifest.json", {"control_dt": 0.1, "rows": 5000, "wall_seconds_this_run": 100.0, "params": {"collect": {"workers": 0}}})
+    _write(ws / "metrics" / "collect.json", {"wall_seconds_this_run": 100.0})  # no workers recorded, none configured (0 = per core)
     (ws / "metrics" / "train" / "direct.json").unlink()
     rep = rp.build_report(ws / "metrics")
     assert rep["rows"]["ddm"]["prediction"]["ade_2s_all"] is None

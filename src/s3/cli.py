@@ -71,6 +71,9 @@ def _params(path: Path, overrides: list[str] | None) -> Params:
         return load_params(path, overrides or [])
 
 
+COLLECT_METRICS = Path("metrics/collect.json")  # the run's wall clock, workers and retries (data/rollouts holds only the data)
+
+
 @app.command()
 def collect(params: ParamsPath = Path("params.yaml"), set_: Overrides = None, quiet: Quiet = False) -> None:
     """Drive the source simulator and record rollouts to data/rollouts/."""
@@ -78,13 +81,13 @@ def collect(params: ParamsPath = Path("params.yaml"), set_: Overrides = None, qu
 
     p = _params(params, set_)
     with _one_line_errors():
-        manifest = run(p, Path("."), quiet=quiet)
+        manifest = run(p, Path("."), quiet=quiet, metrics_path=COLLECT_METRICS)
     m = json.loads(manifest.read_text())
     console.print(
         f"collected {m['rows']} rows in {m['episodes']} episodes ({m['episodes_dropped']} dropped, {m['episodes_lost']} lost) "
         f"with {m['simulator_version']} -> {manifest.parent}"
     )
-    log_collect(p, manifest)  # MLflow; S3_MLFLOW=0 skips
+    log_collect(p, manifest, record=COLLECT_METRICS)  # MLflow; S3_MLFLOW=0 skips
 
 
 FAMILIES_KEY = "params.yaml: families"

@@ -13,6 +13,12 @@ What is still missing after the retries is listed under `lost` in the manifest, 
 redone by the next run; a simulator that cannot be reached at all stops the stage; physics
 failures (an exploded state) repeat deterministically, so they are dropped at once and listed
 under `dropped`.
+
+The shards and the manifest hold only what the inputs determine, so the same params give the same
+bytes. What the run measured about itself (wall clock, workers, retries) goes to the stage's run
+record (`metrics_path`, metrics/collect.json for `s3 collect`), rewritten after every shard: a
+re-run that reuses shards takes their seconds from it, so the dataset's whole collection cost
+(`wall_seconds_total`) survives a killed run.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from s3.data.rollouts import (
     write_shard,
 )
 from s3.data.schema import COLUMNS, SCHEMA_VERSION
-from s3.io import workspace_lock
+from s3.io import workspace_lock, write_json_atomic
 from s3.sim.base import Control, SimulatorError, SimulatorLost, SourceSim, VehicleState
 from s3.sim.factory import drop_worker_sim, worker_sim
 from s3.tracks.generate import procedural_track
@@ -78,6 +84,7 @@ class ShardResult:
     lost: list[dict[str, Any]] = field(default_factory=list)
     retried: list[dict[str, Any]] = field(default_factory=list)
     written: bool = True
+    sha256: str = ""  # of the written file, once computed (_sha)
 
 
 @lru_cache(maxsize=64)
@@ -176,20 +183,19 @@ def _injected_exit(episode: int) -> None:
     os._exit(70)
 
 
+def data_params(params: Params) -> dict[str, Any]:
+    """Every param that changes a row, and none that does not (worker count, paths, the simulator's address)."""
+    return {
+        "seed": params.seed,
+        "sim": params.sim.model_dump(mode="json", exclude={"beamng": {"host", "port", "socket_timeout", "bng_home"}}),
+        "collect": params.collect.model_dump(mode="json", exclude={"workers", "out_dir", "plot_dir"}),
+    }
+
+
 def data_key(params: Params) -> str:
-    """Provenance of the data: every input that changes a row, and nothing that does not."""
-    blob = json.dumps(
-        {
-            "seed": params.seed,
-            "sim": params.sim.model_dump(mode="json", exclude={"beamng": {"host", "port", "socket_timeout", "bng_home"}}),
-            "collect": params.collect.model_dump(mode="json", exclude={"workers", "out_dir", "plot_dir"}),
-            "s3": __version__,
-            "schema": SCHEMA_VERSION,
-            "simulator": _sim_version(params.sim.backend),
-        },
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    """Provenance of the data: data_params, the s3, schema and simulator versions."""
+    blob = {**data_params(params), "s3": __version__, "schema": SCHEMA_VERSION, "simulator": _sim_version(params.sim.backend)}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _reusable(path: Path, key: str, old_sha: str | None) -> bool:
@@ -220,10 +226,9 @@ def collect_shard(params_json: str, index: int, out_dir: str, key: str) -> Shard
             frames.append(df)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({k: [] for k in COLUMNS})
     path = Path(out_dir) / shard_name(index)
-    seconds = time.perf_counter() - t0  # kept in the shard, so a resumed run still knows what the data cost
-    meta = {"s3_collect_key": key, "s3_shard": str(index), "s3_dropped": json.dumps(dropped), "s3_lost": "[]", "s3_seconds": f"{seconds:.3f}"}
+    meta = {"s3_collect_key": key, "s3_shard": str(index), "s3_dropped": json.dumps(dropped), "s3_lost": "[]"}
     write_shard(path, df, meta)
-    return ShardResult(index, path.name, len(df), len(frames), dropped, seconds)
+    return ShardResult(index, path.name, len(df), len(frames), dropped, time.perf_counter() - t0)
 
 
 def shard_episodes(params: Params, index: int) -> range:
@@ -233,10 +238,12 @@ def shard_episodes(params: Params, index: int) -> range:
     return range(first, min(first + c.episodes_per_shard, c.episodes))
 
 
-def collect(params: Params, root: Path = Path("."), quiet: bool = False) -> Path:
-    """Run the stage; return the manifest path."""
+def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics_path: Path | None = None) -> Path:
+    """Run the stage; return the manifest path. `metrics_path` (under `root`): the run record
+    (module docstring); None writes none, and reused shards then count as of unknown cost."""
     c = params.collect
     out = root / c.out_dir
+    record = root / metrics_path if metrics_path is not None else None
     key = data_key(params)
     n_shards = math.ceil(c.episodes / c.episodes_per_shard)
     # one BeamNG instance is one world: its episodes run one after another
@@ -244,6 +251,7 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False) -> Path
     params_json = params.model_dump_json()
     with workspace_lock(out, "s3 collect"):
         old_sha = _previous_hashes(out)
+        old_seconds = _previous_seconds(record)
         (out / MANIFEST).unlink(missing_ok=True)  # until the new one is written, no dataset is claimed
         for stale in out.iterdir():
             m = SHARD_RE.fullmatch(stale.name)
@@ -255,7 +263,8 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False) -> Path
             path = out / shard_name(k)
             if path.exists() and _reusable(path, key, old_sha.get(path.name)):
                 meta = shard_metadata(path)
-                results[k] = _reused(path, k, json.loads(meta.get("s3_dropped", "[]")), float(meta.get("s3_seconds", "nan")))
+                seconds = old_seconds.get((path.name, old_sha.get(path.name) or sha256_file(path)), math.nan)
+                results[k] = _reused(path, k, json.loads(meta.get("s3_dropped", "[]")), seconds)
             else:
                 todo.append(k)
         t0 = time.perf_counter()
@@ -264,6 +273,8 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False) -> Path
 
             def done(i: int, o: Outcome) -> None:
                 results[todo[i]] = _shard_result(params, todo[i], out, o)
+                if record is not None:  # a killed run still leaves what its finished shards cost
+                    write_json_atomic(record, _run_record(params, results, out, time.perf_counter() - t0, workers, complete=False))
                 progress.advance(bar)
 
             preload = ("s3.data.collect", "s3.sim.factory", f"s3.sim.{'beamng' if params.sim.backend == 'beamng' else 'mujoco_car'}")
@@ -273,8 +284,10 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False) -> Path
             finally:
                 drop_worker_sim()  # this process's, if the shards ran here
         wall = time.perf_counter() - t0
-        manifest = _manifest(params, [results[k] for k in range(n_shards)], out, wall, workers)
+        manifest = _manifest(params, [results[k] for k in range(n_shards)], out)
         path = write_manifest(out, manifest)
+        if record is not None:
+            write_json_atomic(record, _run_record(params, results, out, wall, workers, complete=True))
         if manifest["episodes_lost"]:
             _say(
                 f"{manifest['episodes_lost']} episode(s) lost after {params.compute.retry.retries} retries "
@@ -309,18 +322,54 @@ def _previous_hashes(out: Path) -> dict[str, str]:
         return {}
 
 
+def _previous_seconds(record: Path | None) -> dict[tuple[str, str], float]:
+    """(file, sha256) -> seconds of the shards an earlier run recorded (empty if there is no record)."""
+    try:
+        shards = json.loads(record.read_text())["shards"] if record is not None else []
+        return {(s["file"], s["sha256"]): float(s["seconds"]) for s in shards if s.get("seconds") is not None}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
 def _reused(path: Path, index: int, dropped: list[dict[str, Any]], seconds: float) -> ShardResult:
     """A shard an earlier run already wrote with the same provenance (seconds: what it took then)."""
     episodes = pq.read_table(path, columns=["episode"]).column("episode").to_numpy()
     return ShardResult(index, path.name, len(episodes), len(np.unique(episodes)), dropped, seconds, reused=True)
 
 
-def _manifest(params: Params, results: list[ShardResult], out: Path, wall: float, workers: int) -> dict[str, Any]:
+def _run_record(params: Params, results: dict[int, ShardResult], out: Path, wall: float, workers: int, complete: bool) -> dict[str, Any]:
+    """What this run measured about itself: metrics/collect.json (not part of the dataset)."""
+    done = [results[k] for k in sorted(results)]
+    shard_seconds = [r.seconds for r in done if r.written]
+    shards = [
+        {"file": r.file, "sha256": _sha(r, out), "seconds": round(r.seconds, 3) if math.isfinite(r.seconds) else None, "reused": r.reused}
+        for r in done
+        if r.written
+    ]
+    return {
+        "collect_key": data_key(params),
+        "complete": complete,
+        "wall_seconds_this_run": round(wall, 2),
+        "workers": workers,
+        # the whole dataset's collection cost, including shards reused from earlier runs (a reused
+        # shard no record knows makes it null): sum of per-shard seconds / workers
+        "wall_seconds_total": round(sum(shard_seconds) / workers, 2) if all(map(math.isfinite, shard_seconds)) else None,
+        "retried_this_run": [d for r in done if not r.reused for d in r.retried],
+        "shards": shards,
+    }
+
+
+def _sha(r: ShardResult, out: Path) -> str:
+    """The written shard's SHA-256, hashed once."""
+    r.sha256 = r.sha256 or sha256_file(out / r.file)
+    return r.sha256
+
+
+def _manifest(params: Params, results: list[ShardResult], out: Path) -> dict[str, Any]:
+    """The dataset's manifest: a function of the inputs only (byte-stable)."""
     sim = params.sim
-    shard_seconds = [r.seconds for r in results if r.written]
     dropped = [d for r in results for d in r.dropped]
     lost = [d for r in results for d in r.lost]
-    retried = [d for r in results if not r.reused for d in r.retried]
     rows = sum(r.rows for r in results)
     return {
         "s3_version": __version__,
@@ -334,16 +383,10 @@ def _manifest(params: Params, results: list[ShardResult], out: Path, wall: float
         "dropped": dropped,
         "episodes_lost": len(lost),
         "lost": lost,
-        "retried_this_run": retried,
         "collect_key": data_key(params),
-        "wall_seconds_this_run": round(wall, 2),
-        "workers": workers,
-        # the whole dataset's collection cost, including shards reused from earlier runs (shards
-        # written before s3_seconds existed make it null): sum of per-shard seconds / workers
-        "wall_seconds_total": round(sum(shard_seconds) / workers, 2) if all(map(math.isfinite, shard_seconds)) else None,
-        "shards": [{"file": r.file, "rows": r.rows, "episodes": r.episodes, "sha256": sha256_file(out / r.file)} for r in results if r.written],
+        "shards": [{"file": r.file, "rows": r.rows, "episodes": r.episodes, "sha256": _sha(r, out)} for r in results if r.written],
         "columns": {name: {"unit": unit, "description": desc} for name, (_, unit, desc) in COLUMNS.items()},
-        "params": params.model_dump(mode="json", include={"seed", "sim", "collect"}),
+        "params": data_params(params),  # not the worker count or the paths: the same data, the same bytes
     }
 
 

@@ -3,8 +3,8 @@
     report(metrics_dir="metrics", reports_dir="reports", plots_dir="plots/report") -> report dict
 
 joins `metrics/distill/<family>.json` (prediction accuracy), `metrics/eval/<name>.json` (policy
-quality back in the source simulator), `metrics/train/<name>.json` (RL wall clock) and the
-rollout manifest (collection cost) into one report, and writes
+quality back in the source simulator), `metrics/train/<name>.json` (RL wall clock), the
+rollout manifest (rows) and `metrics/collect.json` (collection wall clock) into one report, and writes
 
     metrics/report.json                      everything below, strict JSON (null = not measured)
     reports/report.md                        the tables, the definitions, links to the figure
@@ -70,7 +70,7 @@ DEFINITIONS = {
     "when it never completes the nominal lap, 'not reached within budget B' and the speed-up is a lower bound "
     "(>= B / t_distilled)",
     "speedup": "t_direct / t_distilled (RL phase only)",
-    "one_time_cost": "collection wall clock (rollout manifest) + that family's distill wall clock (total_wall_s: "
+    "one_time_cost": "collection wall clock (metrics/collect.json) + that family's distill wall clock (total_wall_s: "
     "data loading, training and the accuracy evaluation); paid once, shared by every policy trained on the model",
     "break_even": "n = one_time_cost / (t_direct - t_distilled): after ceil(n) policies (ablations, seeds) the "
     "distilled route has cost less in total. When direct never reached the lap, t_direct > B, so n computed with B "
@@ -309,15 +309,17 @@ def efficiency(t_distilled: float | None, distilled_reached: bool | None, t_dire
     return out
 
 
-def _collect_cost(manifest: Mapping[str, Any] | None, dt: float | None) -> dict[str, Any]:
-    """Collection wall clock, rows and workers from the rollout manifest; real-time equivalents."""
+def _collect_cost(manifest: Mapping[str, Any] | None, dt: float | None, record: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Collection rows from the rollout manifest, wall clock and workers from the run record
+    (metrics/collect.json; a manifest written before the record existed held them); real-time equivalents."""
     rows = _num(_get(manifest, "rows"))
-    wall = _num(_get(manifest, "wall_seconds_total"))
-    source = "manifest.wall_seconds_total"
+    timed, name = (record, "metrics/collect.json") if record is not None else (manifest, "manifest")
+    wall = _num(_get(timed, "wall_seconds_total"))
+    source = f"{name} wall_seconds_total"
     if wall is None:
-        wall = _num(_get(manifest, "wall_seconds_this_run"))
-        source = "manifest.wall_seconds_this_run (undercounts when shards were reused from an earlier run)" if wall is not None else None
-    workers = _num(_get(manifest, "workers"))
+        wall = _num(_get(timed, "wall_seconds_this_run"))
+        source = f"{name} wall_seconds_this_run (undercounts when shards were reused from an earlier run)" if wall is not None else None
+    workers = _num(_get(timed, "workers"))
     if workers is None:
         configured = _num(_get(manifest, "params", "collect", "workers"))
         workers = 1.0 if _get(manifest, "simulator") == "beamng" else (configured if configured and configured > 0 else None)
@@ -416,7 +418,7 @@ def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iter
 
     man = _read(manifest, missing)
     dt = _control_dt(man, metrics_dir, evals)
-    collect = _collect_cost(man, dt)
+    collect = _collect_cost(man, dt, _read(metrics_dir / "collect.json", missing))
     direct = _direct_cost(_read(t_dir / "direct.json", missing), evals.get("direct"), dt)
     report = {
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

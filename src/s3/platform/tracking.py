@@ -399,9 +399,11 @@ def log_stage_safely(*args: Any, **kwargs: Any) -> str | None:
     return safely(log_stage, *args, **kwargs)
 
 
-def log_collect(params: Any, manifest: str | Path, root: str | Path = ".") -> str | None:
-    """The collect stage: params and dataset size on the pipeline run, with the sample plot."""
+def log_collect(params: Any, manifest: str | Path, root: str | Path = ".", record: str | Path | None = None) -> str | None:
+    """The collect stage: params, dataset size and (from the run record `record`, metrics/collect.json) wall clock on the pipeline run, with the sample plot."""
     m = json.loads(Path(manifest).read_text())
+    if record is not None and Path(record).exists():  # the run's wall clock is not in the dataset's manifest
+        m = {**m, **json.loads(Path(record).read_text())}
     summary = {k: m.get(k) for k in ("rows", "episodes", "episodes_dropped", "wall_seconds_this_run")}
     p = params.model_dump(include={"seed", "sim", "collect"})
     return log_stage_safely("collect", None, p, summary, [Path(params.collect.plot_dir) / "sample_episodes.png"], root=root)

@@ -59,6 +59,8 @@ def test_repro_runs_every_stage_then_skips(quick: dict) -> None:
         assert ("transfer_gap" in ev) == (name != "direct")
     report = json.loads((ws / "metrics/report.json").read_text())
     assert (ws / "reports/report.md").exists() and (ws / "plots/report").is_dir()
+    assert (ws / "plots/report/error_vs_horizon.png").exists()  # every family's curve: the report stage's, declared
+    assert not (ws / "plots/distill/error_vs_horizon.png").exists()  # no distill@<family> writes an undeclared figure
     assert json.dumps(report, allow_nan=False)
     lock = (ws / "dvc.lock").read_text()
     assert "distill@dytr" in lock and "collect" in lock

@@ -25,7 +25,8 @@ def _write(path: Path, obj: Any) -> None:
 
 def _distill(ade2: float, wall: float) -> dict[str, Any]:
     split = {"windows": 10, "ade_1s": ade2 / 2, "ade_2s": ade2, "fde_2s": 2 * ade2}
-    return {"dt": 0.1, "rollout": {"all": split, "ice": {k: 2 * v for k, v in split.items()}}, "total_wall_s": wall}
+    curve = {"t": [0.5, 1.0, 2.0], "all": [ade2 / 4, ade2 / 2, ade2], "ice": [ade2 / 2, ade2, 2 * ade2]}
+    return {"dt": 0.1, "rollout": {"all": split, "ice": {k: 2 * v for k, v in split.items()}}, "error_vs_horizon": curve, "total_wall_s": wall}
 
 
 def _ci(mean: float | None, half: float = 1.0) -> dict[str, Any]:
@@ -252,6 +253,8 @@ def test_entry_point_writes_prints_and_logs(ws: Path, monkeypatch: pytest.Monkey
     assert "![accuracy_vs_quality](../plots/report/accuracy_vs_quality.png)" in md
     assert "| ddm | 0.10 | 0.20 |" in md and "## Definitions" in md and "rho = +1.00" in md
     assert (ws / "plots" / "report" / "accuracy_vs_quality.png").stat().st_size > 1000
+    assert "![error_vs_horizon](../plots/report/error_vs_horizon.png)" in md  # every family's curve: the report stage's figure
+    assert (ws / "plots" / "report" / "error_vs_horizon.png").stat().st_size > 1000
     text = console.export_text()
     assert "transformer" in text and "4.0x" in text
     by_run = {fam: m for _, fam, m, _ in calls}
@@ -260,7 +263,7 @@ def test_entry_point_writes_prints_and_logs(ws: Path, monkeypatch: pytest.Monkey
     assert by_run["ddm"]["efficiency"]["speedup"] == pytest.approx(4.0)
     assert by_run[None]["correlation"]["ade_2s_all"]["rho"] == pytest.approx(1.0)
     assert by_run[None]["baselines"]["pid"]["policy"]["ice"]["lap_time_s"] == 120.0
-    assert all(len(a) == 3 for *_, a in calls)
+    assert all(len(a) == 4 for *_, a in calls)
 
 
 def test_mlflow_is_off_inside_pytest(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:

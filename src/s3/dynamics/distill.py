@@ -222,12 +222,10 @@ def distill(
 def distill_many(
     families: list[str], rollouts_dir: Path, out_dir: Path, metrics_dir: Path, plots_dir: Path, params: DistillParams
 ) -> dict[str, dict[str, Any]]:
-    """`distill` each family in turn (rollouts read once per family); plus a joint error plot."""
-    results = {f: distill(f, rollouts_dir, out_dir, metrics_dir, plots_dir, params) for f in families}
-    from s3.viz.distill_plots import plot_error_vs_horizon
-
-    plot_error_vs_horizon(Path(plots_dir) / "error_vs_horizon.png", {f: m["error_vs_horizon"] for f, m in results.items()})
-    return results
+    """`distill` each family in turn (rollouts read once per family). The figure of every family's
+    error against horizon is the report stage's (plots/report/error_vs_horizon.png): a family's
+    stage writes only that family's outputs."""
+    return {f: distill(f, rollouts_dir, out_dir, metrics_dir, plots_dir, params) for f in families}
 
 
 def _fmt(x: Any, digits: int = 2) -> str:

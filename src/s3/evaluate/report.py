@@ -7,8 +7,9 @@ quality back in the source simulator), `metrics/train/<name>.json` (RL wall cloc
 rollout manifest (rows) and `metrics/collect.json` (collection wall clock) into one report, and writes
 
     metrics/report.json                      everything below, strict JSON (null = not measured)
-    reports/report.md                        the tables, the definitions, links to the figure
+    reports/report.md                        the tables, the definitions, links to the figures
     plots/report/accuracy_vs_quality.png     prediction error against policy quality
+    plots/report/error_vs_horizon.png        every family's open-loop position error against horizon
 
 It is printed as rich tables and logged to MLflow (one run per family, the pipeline's parent run
 for the correlation and the baselines), so runs of different families and pipeline runs line
@@ -43,6 +44,7 @@ POLICY_KEYS = ("mean_abs_steering_rate", "mean_abs_steering_jerk", "pedal_switch
                "mean_abs_lateral_error_m", "patch_crossing_rate")  # fmt: skip
 GAP_KEYS = ("completion_rate", "lap_time_s", "mean_speed_mps")
 FIGURE = "accuracy_vs_quality.png"
+HORIZON_FIGURE = "error_vs_horizon.png"
 DASH = "—"
 
 DEFINITIONS = {
@@ -592,13 +594,30 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
 
 
 def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path, plots_dir: Path) -> list[Path]:
-    """metrics/report.json, the figure and reports/report.md (all atomic); returns their paths."""
+    """metrics/report.json, the figures and reports/report.md (all atomic); returns their paths."""
+    from s3.viz.distill_plots import plot_error_vs_horizon
     from s3.viz.report_plots import plot_accuracy_vs_quality
 
-    fig = plot_accuracy_vs_quality(report, Path(plots_dir) / FIGURE)
+    figs = [plot_accuracy_vs_quality(report, Path(plots_dir) / FIGURE)]
+    curves = _horizon_curves(Path(metrics_dir) / "distill")
+    if curves:  # every family in one figure: only this stage reads all of their metrics
+        figs.append(plot_error_vs_horizon(Path(plots_dir) / HORIZON_FIGURE, curves, "open-loop position error, every family"))
     out = write_json_atomic(Path(metrics_dir) / "report.json", report)
-    md = write_text_atomic(Path(reports_dir) / "report.md", markdown(report, [fig], Path(reports_dir)))
-    return [out, md, fig]
+    md = write_text_atomic(Path(reports_dir) / "report.md", markdown(report, figs, Path(reports_dir)))
+    return [out, md, *figs]
+
+
+def _horizon_curves(distill_dir: Path) -> dict[str, dict[str, Any]]:
+    """family -> the `error_vs_horizon` entry of metrics/distill/<family>.json (families in their order)."""
+    curves = {}
+    for name in _order(_names(distill_dir)):
+        try:
+            curve = json.loads((distill_dir / f"{name}.json").read_text()).get("error_vs_horizon")
+        except (OSError, ValueError):
+            continue
+        if curve:
+            curves[name] = curve
+    return curves
 
 
 # --------------------------------------------------------------------------------------- MLflow

@@ -254,6 +254,8 @@ def test_entry_point_writes_prints_and_logs(ws: Path, monkeypatch: pytest.Monkey
     assert "| ddm | 0.10 | 0.20 |" in md and "## Definitions" in md and "rho = +1.00" in md
     assert (ws / "plots" / "report" / "accuracy_vs_quality.png").stat().st_size > 1000
     assert "![error_vs_horizon](../plots/report/error_vs_horizon.png)" in md  # every family's curve: the report stage's figure
+    elsewhere = {**rep, "generated_at": "2000-01-01T00:00:00+00:00", "machine": "another-host (x86_64, Linux, 64 CPUs)"}
+    assert rp.markdown(elsewhere, [], ws / "reports") == rp.markdown(rep, [], ws / "reports")  # the same metrics, the same bytes
     assert (ws / "plots" / "report" / "error_vs_horizon.png").stat().st_size > 1000
     text = console.export_text()
     assert "transformer" in text and "4.0x" in text

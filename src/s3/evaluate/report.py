@@ -574,7 +574,7 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
     figs = [f"![{Path(f).stem}]({os.path.relpath(Path(f).resolve(), Path(reports_dir).resolve())})" for f in figures]
     parts = [
         "# s3 report: prediction accuracy vs policy quality",
-        f"Generated {report['generated_at']} on {report['machine']} from `{report['metrics_dir']}`.",
+        f"Generated from `{report['metrics_dir']}`.",  # when and on which host: metrics/report.json (the same metrics, the same bytes)
         "## Accuracy vs policy quality",
         _md_table(MAIN_COLUMNS, main_rows(report)),
         "Transfer gap: completion / lap time, source minus distilled environment.",

@@ -35,6 +35,10 @@ def test_overrides_reach_nested_sections() -> None:
         ("collect.driver.max_speed=[30, 10]", "max_speed must be an increasing pair"),
         ("nonsense", "expected section.key=value"),
         ("sim.control_dt=0.101", "must be a whole number of mujoco.timestep"),
+        ("families.kart.model=kart", "families.kart: no such model family in s3.dynamics.registry"),
+        ("families.ddm.distill=[distill.ddm, distill.nope, distill.seed]", "families.ddm.distill[1]: 'distill.nope' is not a distill.* key"),
+        ("policies_in_models.oracle.model=kart", "policies_in_models.oracle.model: 'kart' is not one of bicycle, ddm"),
+        ("train.per_policy.kart={}", "train.per_policy.kart: not one of the policies"),
     ],
 )
 def test_bad_params_give_one_line_naming_the_key(override: str, needle: str) -> None:
@@ -67,3 +71,16 @@ def test_cli_prints_one_line_and_exits_2(tmp_path: Path, monkeypatch: pytest.Mon
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and "collect.workers" in lines[0], result.output
     assert not (tmp_path / "data").exists(), "no work may start on bad params"
+
+
+def test_the_families_and_policies_come_from_params_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = load_params(ROOT / "params.yaml")
+    assert p.models() == {"bicycle": "bicycle", "ddm": "ddm", "transformer": "transformer", "dytr": "dytr", "oracle": "dytr"}
+    assert p.policies() == [*p.models(), "direct"] and load_params(ROOT / "params_quick.yaml").models() == p.models()
+    shrunk = tmp_path / "params.yaml"  # what dvc.yaml's foreach stages need of the file is checked too
+    shrunk.write_text((ROOT / "params.yaml").read_text().replace("    dytr: {}\n", "", 1))
+    with pytest.raises(ParamsError, match=r"train\.per_policy\.dytr: missing"):
+        load_params(shrunk)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["train", "--family", "kart", "--params", str(ROOT / "params.yaml")])
+    assert result.exit_code == 2 and "(params.yaml: families, policies_in_models; direct)" in result.output, result.output

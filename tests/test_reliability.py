@@ -322,7 +322,8 @@ def test_nan_ppo_loss_stops_training_and_keeps_the_last_good_state(model_dir: Pa
 
     from s3.platform import tracking
     from s3.rl.params import TrainParams
-    from s3.rl.train import TrainError, resume_path, train
+    from s3.rl.resume import resume_path
+    from s3.rl.train import TrainError, train
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", _mlflow_uri(tmp_path))
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -343,7 +344,7 @@ def test_nan_ppo_loss_stops_training_and_keeps_the_last_good_state(model_dir: Pa
     assert "non-finite PPO loss" in msg and "iteration 3" in msg and str(resume) in msg and "iteration 2" in msg and "\n" not in msg
     state = torch.load(resume, weights_only=True)
     assert state["done_it"] == 2
-    assert all(torch.isfinite(v).all() for v in state["runner"]["actor_state_dict"].values())
+    assert all(torch.isfinite(v).all() for v in state["trainer"]["alg"]["actor_state_dict"].values())
     assert not (tmp_path / "policies" / "bicycle" / "policy.json").exists()
     from mlflow.tracking import MlflowClient
 
@@ -357,7 +358,8 @@ def test_training_resumes_from_its_last_checkpoint_after_sigkill(
     """SIGKILL `train` once a chunk is saved; the re-run picks up at that iteration (not 0), ends at
     the full budget, validates the killed run's checkpoints with its own, and removes the resume file."""
     from s3.rl.params import TrainParams
-    from s3.rl.train import resume_path, train
+    from s3.rl.resume import resume_path
+    from s3.rl.train import train
 
     env = {**os.environ, "MLFLOW_TRACKING_URI": _mlflow_uri(tmp_path), "MLFLOW_ALLOW_FILE_STORE": "true", "OMP_NUM_THREADS": "1"}
     script = (
@@ -389,7 +391,7 @@ def test_training_resumes_from_its_last_checkpoint_after_sigkill(
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.export import load_actor
     from s3.rl.tracks import validation_tracks
-    from s3.rl.train import validate
+    from s3.rl.validation import validate
 
     params = TrainParams.model_validate(TRAIN_TINY)
     actor, _ = load_actor(tmp_path / "policies" / "bicycle")
@@ -465,7 +467,7 @@ def test_a_pool_worker_ends_when_the_process_it_watches_ends(pidfd: bool) -> Non
 def test_resume_file_from_other_params_is_ignored(model_dir: Path, tmp_path: Path) -> None:
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.params import TrainParams
-    from s3.rl.train import RESUME_FORMAT, load_resume, resume_fingerprint
+    from s3.rl.resume import RESUME_FORMAT, load_resume, resume_fingerprint
 
     model = load_checkpoint(model_dir / "bicycle", "bicycle")
     a = TrainParams.model_validate(TRAIN_TINY)

@@ -15,9 +15,10 @@ from s3.dynamics.checkpoint import save_checkpoint
 from s3.rl.bench import bench_env
 from s3.rl.env import DistilledEnv
 from s3.rl.export import EXPORT, WEIGHTS, deployable, load_actor, load_policy_fn, save_policy
+from s3.rl.loop import PPOTrainer
 from s3.rl.params import EnvParams, PPOParams, TrainParams
-from s3.rl.ppo import make_runner, quiet
-from s3.rl.train import kept_index, train, train_policy
+from s3.rl.train import train, train_policy
+from s3.rl.validation import kept_index
 from s3.task.actions import policy_to_command
 from s3.tracks.generate import procedural_track
 
@@ -117,7 +118,7 @@ def test_checkpoints_validated_together_drive_as_they_drive_alone() -> None:
 
     from s3.dynamics.transformer import INFERENCE_CHUNK, TransformerModel
     from s3.rl.tracks import validation_tracks
-    from s3.rl.train import drive_checkpoints, validate, validate_checkpoints
+    from s3.rl.validation import drive_checkpoints, validate, validate_checkpoints
 
     torch.manual_seed(0)
     model = TransformerModel(10, 0.1, True)
@@ -130,7 +131,7 @@ def test_checkpoints_validated_together_drive_as_they_drive_alone() -> None:
         {**TINY, "env": {"num_envs": 8, "compile_model": True}, "tracks": {"pool_size": 2, "validation_tracks": 8, "validation_starts": 4}}
     )
     tracks, dev = validation_tracks(params.tracks, params.seed), torch.device("cpu")
-    actor = make_runner(DistilledEnv(model, tracks[:2], params.env, seed=0), params.ppo, "cpu").alg.get_policy()
+    actor = PPOTrainer(DistilledEnv(model, tracks[:2], params.env, seed=0), params.ppo, "cpu").actor
     states = []
     for k in range(9):
         g = torch.Generator().manual_seed(k)
@@ -313,21 +314,20 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
     env_params = EnvParams(num_envs=16, surface_label=kind == "gru", steer_full_speed=steer_full_speed)
     env = DistilledEnv(bicycle, tracks, env_params, seed=0)
     ppo = PPOParams(policy=kind, actor_hidden=[32, 32], critic_hidden=[32], rnn_hidden=16, num_steps_per_env=8, learning_epochs=1, mini_batches=1)
-    runner = make_runner(env, ppo, "cpu")
-    with quiet():
-        runner.learn(2)  # moves the weights and the observation normaliser away from their init
-    actor = runner.alg.get_policy()
+    trainer = PPOTrainer(env, ppo, "cpu")
+    trainer.iterate(2)  # moves the weights and the observation normaliser away from their init
+    actor = trainer.actor
     actor.eval()
     assert float(actor.obs_normalizer.count) > 0
     meta = {
         "obs": env.layout.to_json(),
-        "policy": {"recurrent": kind == "gru", "num_actions": 2, "actor_cfg": runner.cfg["actor"]},
+        "policy": {"recurrent": kind == "gru", "num_actions": 2, "actor_cfg": trainer.cfg["actor"]},
         "params": {"env": env_params.model_dump()},
         "train": {"env_steps": 64, "wall_s": 12.5, "ppo_steps_per_s": 900},
         "mlflow_run_id": "0123abcd",
     }
-    save_policy(tmp_path / "a", actor, runner.alg.critic, meta)
-    save_policy(tmp_path / "b", actor, runner.alg.critic, meta)
+    save_policy(tmp_path / "a", actor, trainer.alg.critic, meta)
+    save_policy(tmp_path / "b", actor, trainer.alg.critic, meta)
     for name in (WEIGHTS, EXPORT, "policy.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     saved = json.loads((tmp_path / "a" / "policy.json").read_text())

@@ -32,8 +32,8 @@ import torch
 
 from s3.dynamics.base import DynamicsModel
 from s3.rl.env import DistilledEnv, resolve_device
+from s3.rl.loop import PPOTrainer
 from s3.rl.params import TrainParams
-from s3.rl.ppo import make_runner, quiet
 from s3.tracks.generate import procedural_track
 
 if TYPE_CHECKING:
@@ -120,17 +120,16 @@ def bench_env(
                     break
         _sync(dev)
         out["env_steps_per_s"][str(n)] = round(steps * n / (time.perf_counter() - t0))
-        runner = make_runner(env, params.ppo, dev)
-        with quiet():
-            runner.learn(1)
-            _sync(dev)
-            t0 = time.perf_counter()
-            runner.learn(train_iterations)
-            _sync(dev)
+        trainer = PPOTrainer(env, params.ppo, dev)
+        trainer.iterate(1)
+        _sync(dev)
+        t0 = time.perf_counter()
+        trainer.iterate(train_iterations)
+        _sync(dev)
         wall = time.perf_counter() - t0
         out["train_steps_per_s"][str(n)] = round(train_iterations * params.ppo.num_steps_per_env * n / wall)
         out["peak_memory_mb"][str(n)] = round(_peak_mb(dev), 1)
-        del runner, env
+        del trainer, env
     if source_seconds > 0:
         from s3.config import SimParams
 
@@ -159,13 +158,12 @@ def bench_source(sim: SimParams, params: TrainParams, source_seconds: float, dir
             env.step(torch.rand(d.num_envs, 2, generator=g) * 2 - 1)
             steps += 1
         env_rate = steps * d.num_envs / (time.perf_counter() - t0)
-        runner = make_runner(env, ppo, "cpu")
-        with quiet():
-            runner.learn(1)
-            its, t0 = 0, time.perf_counter()
-            while its == 0 or time.perf_counter() - t0 < direct_seconds:
-                runner.learn(1)
-                its += 1
+        trainer = PPOTrainer(env, ppo, "cpu")
+        trainer.iterate(1)
+        its, t0 = 0, time.perf_counter()
+        while its == 0 or time.perf_counter() - t0 < direct_seconds:
+            trainer.iterate(1)
+            its += 1
         ppo_rate = its * ppo.num_steps_per_env * d.num_envs / (time.perf_counter() - t0)
     return {
         "source_control_steps_per_s": round(one, 1),

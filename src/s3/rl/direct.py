@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,7 +52,8 @@ from s3 import __version__
 from s3.io import json_safe, write_json_atomic
 from s3.platform.tracking import Run
 from s3.rl.export import as_callable, deployable, save_policy
-from s3.rl.ppo import CURVE_WRITER, Curve, learn_chunk, make_runner, quiet
+from s3.rl.loop import Hooks, PPOTrainer, WallClockBudget, train_loop
+from s3.rl.ppo import Curve
 from s3.rl.rollout import EpisodeBatch, lap_loop
 from s3.rl.source_env import SourceVecEnv, prestart, resolve_workers
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid
@@ -91,41 +91,37 @@ def source_episodes(env: SourceVecEnv, policy: Callable[[torch.Tensor], torch.Te
     return lap_loop(step, env.track_length(), limit, env.dt)
 
 
-class _Clock:
-    """The wall-clock budget and the running estimates that size each chunk."""
+class ValidateInSource:
+    """The checkpoint choice of `direct` (s3.rl.loop.CheckpointChoice): after each chunk, when the
+    budget still holds a validation, validate in the source simulator and keep the best (ties: the
+    later); with no validation, the last checkpoint."""
 
-    def __init__(self, budget_s: float) -> None:
-        self.t0 = time.perf_counter()
-        self.budget_s = budget_s
-        self.it_s: float | None = None
-        self.val_s = 0.0  # the slowest validation so far, or an upper estimate before the first
-        self.val_measured = False
+    def __init__(self, val: tuple[SourceVecEnv, list[Track]] | None, params: Params, budget: WallClockBudget, steps_per_it: int, dt: float) -> None:
+        self.val, self.params, self.budget, self.steps_per_it = val, params, budget, steps_per_it
+        self.car_steps = _validation_car_steps(val[1], params, dt) if val is not None else 0.0
+        self.best: dict[str, Any] = {"score": -math.inf, "iteration": None, "env_steps": None, "summary": {}}
+        self.last: dict[str, Any] = {}
 
-    @property
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
+    def after_chunk(self, trainer: PPOTrainer, done: int) -> dict[str, Any]:
+        point: dict[str, Any] = {}
+        self.last = {"iteration": done - 1, "env_steps": done * self.steps_per_it}
+        if self.val is None:
+            return point
+        self.budget.guess_validation(self.car_steps, self.steps_per_it)
+        if self.budget.left() >= self.budget.val_s:
+            t0 = time.perf_counter()
+            res = validate_source(trainer.actor, self.val[0], self.val[1], self.params.train)
+            self.budget.validated(time.perf_counter() - t0)
+            point = {"val_score": res["score"], "val_completion_rate": res["completion_rate"]}
+            if res["score"] >= self.best["score"]:
+                self.best = {"score": res["score"], **self.last, "summary": res, **trainer.snapshot()}
+        return point
 
-    def left(self) -> float:
-        return self.budget_s - self.elapsed - EXPORT_RESERVE_S
-
-    def plan(self, done_it: int, chunk: int, validate: bool) -> int:
-        """Iterations for the next chunk (0: stop); the first chunk is one measuring iteration."""
-        if done_it == 0 or self.it_s is None:
-            return 1
-        room = self.left() - (self.val_s if validate else 0.0)
-        return max(0, min(chunk, int(room // self.it_s)))
-
-    def ran(self, n_it: int, seconds: float) -> None:
-        self.it_s = seconds / n_it if self.it_s is None else 0.5 * self.it_s + 0.5 * seconds / n_it
-
-    def guess_validation(self, car_steps: float, car_steps_per_it: int) -> None:
-        """Before the first validation: its worst case at the training's car-step rate."""
-        if not self.val_measured and self.it_s:
-            self.val_s = car_steps * self.it_s / car_steps_per_it
-
-    def validated(self, seconds: float) -> None:
-        self.val_s = max(self.val_s, seconds) if self.val_measured else seconds
-        self.val_measured = True
+    def choose(self, trainer: PPOTrainer) -> dict[str, Any]:
+        if self.best["iteration"] is None:  # no validation: the last checkpoint
+            return {"score": None, **self.last, "summary": {}}
+        trainer.load(self.best)
+        return self.best
 
 
 def train_direct(
@@ -140,7 +136,7 @@ def train_direct(
     budget = float(budget_s if budget_s is not None else params.train.direct.budget_s)
     if not budget > 0:
         raise ValueError(f"train_direct: budget_s must be positive, got {budget_s}")
-    clock = _Clock(budget)
+    clock = WallClockBudget(budget, params.train.direct.chunk_iterations, EXPORT_RESERVE_S, params.train.direct.validation)
     prestart()
     tp = params.train
     if tp.torch_threads:
@@ -160,7 +156,7 @@ def _train_direct(
     out_dir: Path,
     plots_dir: str | Path | None,
     metrics_dir: str | Path | None,
-    clock: _Clock,
+    clock: WallClockBudget,
     run: Run | None,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
@@ -185,9 +181,8 @@ def _train_direct(
                 ),
                 val_tracks,
             )
-        log_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="s3-rsl-direct-"))
         say(f"train {NAME}: {d.num_envs} source cars in {workers} workers ready after {clock.elapsed:.0f} s (budget {clock.budget_s:.0f} s)")
-        loop = _loop(env, val, pool, ppo, params, clock, run, log_dir, say)
+        loop = _loop(env, val, pool, ppo, params, clock, run, say)
         return _finish(loop, env, params, ppo, out_dir, plots_dir, metrics_dir, clock, run, workers, say)
 
 
@@ -197,52 +192,36 @@ def _loop(
     pool: TrackPool,
     ppo: Any,
     params: Params,
-    clock: _Clock,
+    clock: WallClockBudget,
     run: Run | None,
-    log_dir: str,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    """PPO chunks until the budget is spent; returns the runner, the kept checkpoint, the per-chunk
-    curve and rsl_rl's scalars (`scalars`, also sent to `run` after each chunk)."""
-    tp, d = params.train, params.train.direct
-    steps_per_it = env.num_envs * ppo.num_steps_per_env
+    """PPO chunks until the budget is spent (s3.rl.loop); returns the trainer, the kept checkpoint, the
+    per-chunk curve and the per-iteration scalars (`scalars`, also sent to `run` after each chunk)."""
+    trainer = PPOTrainer(env, ppo, "cpu")
+    steps_per_it = trainer.steps_per_iteration
+    choice = ValidateInSource(val, params, clock, steps_per_it, env.dt)
     curve: list[dict[str, Any]] = []
-    scalars: Curve = []
-    best: dict[str, Any] = {"score": -math.inf, "iteration": None, "env_steps": None, "summary": {}}
-    runner = make_runner(env, ppo, "cpu", log_dir=log_dir, logger=CURVE_WRITER)
-    done_it, t_ppo = 0, 0.0
-    while (n_it := clock.plan(done_it, d.chunk_iterations, val is not None)) > 0:
-        t0 = time.perf_counter()
-        with quiet():
-            chunk = learn_chunk(runner, n_it)
-        dt = time.perf_counter() - t0
-        scalars += chunk
+
+    def on_chunk(done: int, chunk: Curve, report: dict[str, Any]) -> None:
         if run is not None:
             run.log_curve(chunk, prefix="train/")
-        clock.ran(n_it, dt)
-        t_ppo += dt
-        done_it += n_it
-        point: dict[str, Any] = {"iteration": done_it - 1, "env_steps": done_it * steps_per_it, **env.pop_stats()}
-        if val is not None:
-            clock.guess_validation(_validation_car_steps(val[1], params, env.dt), steps_per_it)
-        if val is not None and clock.left() >= clock.val_s:
-            t0 = time.perf_counter()
-            res = validate_source(runner.alg.get_policy(), val[0], val[1], tp)
-            clock.validated(time.perf_counter() - t0)
-            point.update({"val_score": res["score"], "val_completion_rate": res["completion_rate"]})
-            if res["score"] >= best["score"]:
-                best = {"score": res["score"], "iteration": done_it - 1, "env_steps": point["env_steps"], "summary": res, **_snapshot(runner)}
-        point["wall_s"] = round(clock.elapsed, 2)
+        point = {"iteration": done - 1, "env_steps": done * steps_per_it, **env.pop_stats(), **report, "wall_s": round(clock.elapsed, 2)}
         curve.append(point)
         say(
-            f"train {NAME}: it {done_it}  {point['env_steps'] / 1e3:.0f} k steps  return {_fmt(point['mean_return'])}  "
+            f"train {NAME}: it {done}  {point['env_steps'] / 1e3:.0f} k steps  return {_fmt(point['mean_return'])}  "
             f"speed {_fmt(point['mean_speed_m_s'])} m/s  val {_fmt(point.get('val_score'))}  {clock.elapsed:.0f}/{clock.budget_s:.0f} s"
         )
-        if tp.tracks.refresh_fraction > 0 and clock.left() > 0:
-            _refresh(env, pool, runner)
-    if best["iteration"] is None:  # no validation: the last checkpoint
-        best.update({"score": None, "iteration": done_it - 1, "env_steps": done_it * steps_per_it, **_snapshot(runner)})
-    return {"runner": runner, "best": best, "curve": curve, "scalars": scalars, "iterations": done_it, "ppo_wall_s": t_ppo, "steps_per_it": steps_per_it}
+
+    def refresh() -> None:
+        if params.train.tracks.refresh_fraction > 0:
+            changed = pool.refresh()
+            trainer.restart(env.set_tracks(pool.tracks, changed))  # cars on replaced tracks restart
+
+    loop = train_loop(trainer, clock, choice, Hooks(on_chunk, refresh))
+    best = choice.choose(trainer)
+    return {"trainer": trainer, "best": best, "curve": curve, "scalars": loop.curve, "iterations": loop.iterations, "ppo_wall_s": loop.ppo_s,
+            "steps_per_it": steps_per_it}  # fmt: skip
 
 
 def _validation_car_steps(tracks: Sequence[Track], params: Params, dt: float) -> float:
@@ -256,22 +235,6 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def _snapshot(runner: Any) -> dict[str, Any]:
-    clone = lambda m: {k: v.detach().clone() for k, v in m.state_dict().items()}
-    return {"actor": clone(runner.alg.get_policy()), "critic": clone(runner.alg.critic)}
-
-
-def _refresh(env: SourceVecEnv, pool: TrackPool, runner: Any) -> None:
-    """Replace part of the training pool; the cars on replaced tracks restart (as in s3.rl.train)."""
-    changed = pool.refresh()
-    restarted = env.set_tracks(pool.tracks, changed)
-    with torch.inference_mode():
-        runner.alg.actor.reset(restarted)
-        runner.alg.critic.reset(restarted)
-        runner.logger.cur_reward_sum[restarted] = 0.0
-        runner.logger.cur_episode_length[restarted] = 0.0
-
-
 def _finish(
     loop: dict[str, Any],
     env: SourceVecEnv,
@@ -280,17 +243,15 @@ def _finish(
     out_dir: Path,
     plots_dir: str | Path | None,
     metrics_dir: str | Path | None,
-    clock: _Clock,
+    clock: WallClockBudget,
     run: Run | None,
     workers: int,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """Export the kept checkpoint, write the metrics JSON and the plot, log to MLflow."""
     tp, d = params.train, params.train.direct
-    runner, best = loop["runner"], loop["best"]
-    actor, critic = runner.alg.get_policy(), runner.alg.critic
-    actor.load_state_dict(best["actor"])
-    critic.load_state_dict(best["critic"])
+    trainer, best = loop["trainer"], loop["best"]
+    actor, critic = trainer.actor, trainer.alg.critic
     actor.eval()
     env_steps = loop["iterations"] * loop["steps_per_it"]
     rewards = [(it, v) for t, it, v in loop["scalars"] if t == "Train/mean_reward"]
@@ -337,8 +298,8 @@ def _finish(
                 "type": ppo.policy,
                 "recurrent": ppo.policy == "gru",
                 "num_actions": env.num_actions,
-                "actor_cfg": runner.cfg["actor"],
-                "critic_cfg": runner.cfg["critic"],
+                "actor_cfg": trainer.cfg["actor"],
+                "critic_cfg": trainer.cfg["critic"],
             },
             "validation": validation,
             "train": train,

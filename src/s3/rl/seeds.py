@@ -1,12 +1,13 @@
 """Several PPO seeds per policy, trained side by side; the best by procedural validation is kept.
 
-    train_seeds(name, family, model_folder, out_dir, plot_path, params, source_scorer=None, run=None) -> summary
+    train_seeds(name, family, model_folder, out_dir, plot_path, params, source_scorer=None, run=None, retry=None) -> summary
 
 PPO in a distilled env is seed-sensitive: on the road course the same recipe gave lap times from
 125 s to 143 s across three seeds (README, "s3 evaluate"). A run uses one core (torch_threads=1),
 so on a machine with K cores K seeds cost about the wall clock of one (on 2 cores each ran ~10 %
 slower than alone). Each seed k in (seed, seed + 1, ..., seed + seeds - 1) trains for the full
-budget in its own process (`seed_workers` at once), validating on the *same* held-out procedural
+budget as a job of the executor (s3.compute: `seed_workers` at once, each in its own process; a
+worker that dies is re-run by `compute.retry` and resumes from its resume file), validating on the *same* held-out procedural
 tracks (those of `seed`), so their scores compare; the best score wins (ties: the lowest seed).
 With `seed_selection: source` the stage passes a scorer (s3.rl.source_selection) and the score
 that decides is each candidate's lap share in the source simulator on those tracks (ties: the
@@ -41,10 +42,11 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from s3.compute.executor import Job, LocalExecutor
+from s3.compute.retry import RetryPolicy
 from s3.io import atomic_path, write_json_atomic
 from s3.platform.tracking import Run
 from s3.rl import TRAIN_WORKER_PRELOAD
@@ -52,7 +54,6 @@ from s3.rl.export import EXPORT, META, WEIGHTS, without_run_only
 from s3.rl.params import SELECTION_ONLY, TrainParams
 from s3.rl.tracks import VALIDATION_SEED_BASE
 from s3.rl.train import file_sha256
-from s3.workers import exit_with_parent, forkserver_context
 
 CANDIDATES = ".seeds"
 CURVE = "learning_curve.png"  # each candidate's, in its folder
@@ -120,6 +121,7 @@ def train_seeds(
     params: TrainParams,
     source_scorer: Scorer | None = None,
     run: Run | None = None,
+    retry: RetryPolicy | None = None,
 ) -> dict[str, Any]:
     """Train params.seeds seeds of policy `name` in `family`'s env; keep the best, by `source_scorer`
     if given; log into `run` (the policy's) and runs nested under it (module docstring)."""
@@ -140,19 +142,19 @@ def train_seeds(
         tags = {"s3.kind": "seed", "s3.policy": name, "s3.model": family}
         seed_runs = {p.seed: run.child(f"{name}-seed{p.seed}", {**tags, "s3.seed": str(p.seed)}) if run else None for p in todo}
         status = dict.fromkeys(seed_runs, "FAILED")
-        ctx = forkserver_context(TRAIN_WORKER_PRELOAD)  # forks of one server that imported torch, the trainer and MLflow (s3.workers)
+        # seed jobs fork from a server that imported torch, the trainer and MLflow once (s3.compute, s3.workers)
+        executor = LocalExecutor(seed_workers(params), TRAIN_WORKER_PRELOAD, retry, label=f"train {name}")
+        jobs = [
+            Job(f"{name} seed {p.seed}", _train_candidate, (family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p,
+                                                            params.seed, seed_runs[p.seed]))
+            for p in todo
+        ]  # fmt: skip
         try:
-            with ProcessPoolExecutor(seed_workers(params), mp_context=ctx, initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
-                futures = {
-                    p.seed: pool.submit(
-                        _train_candidate, family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p, params.seed,
-                        seed_runs[p.seed],
-                    )
-                    for p in todo
-                }  # fmt: skip
-                for seed, fut in futures.items():
-                    results[seed], curves[seed] = fut.result()
-                    status[seed] = "FINISHED"
+            for p, o in zip(todo, executor.run(jobs)):
+                if not o.ok:  # a worker that kept dying: its resume file stays for the next run
+                    raise RuntimeError(f"train {name}: seed {p.seed}: {o.error}")
+                results[p.seed], curves[p.seed] = o.value
+                status[p.seed] = "FINISHED"
         finally:
             for seed, seed_run in seed_runs.items():
                 if seed_run is not None:

@@ -73,7 +73,7 @@ def _train(name: str, root: Any, models_dir: str | Path, out_dir: str | Path, pl
                     f"train.seed_selection 'source' drives the seeds side by side in the embedded simulator: it needs sim.backend 'mujoco', not {root.sim.backend!r}"
                 )
             scorer = functools.partial(source_scores, root=root, tp=tp)
-        summary = train_seeds(name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp, scorer, run)
+        summary = train_seeds(name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp, scorer, run, root.compute.retry)
     else:
         model = load_checkpoint(model_folder, family, resolve_device(tp.device))
         summary = train_policy(model, Path(out_dir) / name, Path(plots_dir) / f"{name}.png", tp, family, run, model_folder)

@@ -68,6 +68,22 @@ def test_repro_runs_every_stage_then_skips(quick: dict) -> None:
     assert "Data and pipelines are up to date" in second.stdout
 
 
+@pytest.mark.slow
+def test_quick_outputs_match_the_golden_digests(quick: dict) -> None:
+    """The content of every output (rollout rows, model and policy tensors, evaluation outcomes) is
+    pinned by tests/golden/quick.json. Bit for bit on one machine kind only, so `slow`: run before
+    resolving an issue, and by the nightly flow; a deliberate change regenerates it in its own commit.
+    Runs before the tests below, which change params and re-run stages."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from golden.quick_digest import HERE, digest
+
+    pinned = json.loads((HERE / "quick.json").read_text())
+    got = digest(quick["ws"])
+    assert sorted(got) == sorted(pinned)
+    moved = {k for k in pinned if got[k] != pinned[k]}
+    assert not moved, f"outputs whose content moved: {sorted(moved)}"
+
+
 def test_family_param_reruns_only_that_family(quick: dict) -> None:
     ws, env = quick["ws"], quick["env"]
     params = ws / "params.yaml"
@@ -133,18 +149,3 @@ def test_one_policys_train_param_reruns_its_train_evaluate_and_the_report(quick:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     ran = {line.split("'")[1] for line in out.stdout.splitlines() if line.startswith("Running stage")}
     assert ran == {"train@ddm", "evaluate@ddm", "report"}
-
-
-@pytest.mark.slow
-def test_quick_outputs_match_the_golden_digests(quick: dict) -> None:
-    """The content of every output (rollout rows, model and policy tensors, evaluation outcomes) is
-    pinned by tests/golden/quick.json. Bit for bit on one machine kind only, so `slow`: run before
-    resolving an issue, and by the nightly flow; a deliberate change regenerates it in its own commit."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from golden.quick_digest import HERE, digest
-
-    pinned = json.loads((HERE / "quick.json").read_text())
-    got = digest(quick["ws"])
-    assert sorted(got) == sorted(pinned)
-    moved = {k for k in pinned if got[k] != pinned[k]}
-    assert not moved, f"outputs whose content moved: {sorted(moved)}"

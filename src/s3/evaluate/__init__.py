@@ -3,11 +3,11 @@
 Every driver meets the same car there: `evaluate.driver_aids` (s3.sim.aids, traction control / ABS).
 
     params.py        EvaluateParams (the `evaluate:` section), PidParams
-    drivers.py       Driver protocol, TrackState, PidDriver (pure pursuit + PID), pid_factory
-    policy_driver.py PolicyDriver: an exported policy fed observations rebuilt as in the distilled env
-    run.py           run_lap(sim, track, driver, ...) -> RunResult (one deterministic lap)
+    drivers.py       Driver protocol, TrackState, PidDriver (pure pursuit + PID), PidFactory
+    policy_driver.py PolicyDriver: an exported policy as a one-car client of s3.task's observation builder
+    run.py           run_lap(sim, track, driver, ...) -> RunResult (one deterministic lap, judged by s3.task.rules)
     metrics.py       run_metrics (per run), aggregate / mean_ci (95 % Student-t over starts x seeds)
-    evaluate.py      evaluate_driver(...) -> metrics/eval/<name>.json + plots; evaluate_baseline("pid")
+    evaluate.py      evaluate_driver(...) -> metrics/eval/<name>.json + plots; evaluate_baseline("pid"); each run an executor job
     policy_eval.py   evaluate_policy(...): evaluate_driver + the same starts in the policy's distilled env
                      (the transfer gap), and the model's manoeuvre probes
     probes.py        fixed open-loop manoeuvres in the source simulator and in a model, compared

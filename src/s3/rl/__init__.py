@@ -12,6 +12,7 @@ Public API (import from the submodules; this package imports nothing heavy itsel
     rollout.drive_lap(policy, model, track, env_params, start_s=0, start_speed=0) -> LapResult
     rollout.run_episodes(policy, model, tracks, track_index, start_s, ...) -> EpisodeBatch
     rollout.lap_loop(step, length, limit_steps, dt) -> EpisodeBatch   the lap/failure bookkeeping of both
+    loop.PPOTrainer(env, ppo, device), loop.train_loop(trainer, budget, choice, hooks)   the one PPO loop
     (the task itself -- observation, reward, terminations, starts -- is s3.task)
     export.load_policy_fn(folder) -> (obs -> command callable, policy.json)
     export.policy_env_params(policy_json) -> EnvParams    (build observations with the policy's own params)

@@ -21,7 +21,7 @@ from s3.config import load_params
 from s3.data.collect import collect
 from s3.data.rollouts import load_rollouts, read_manifest
 from s3.data.schema import COLUMNS
-from s3.sim.base import Control, SimulatorError, SourceSim
+from s3.sim.base import Control, SimulatorError, SimulatorLost, SimulatorRejected, SourceSim
 from s3.sim.beamng import FRICTION_LUA, BeamngSim, friction_lua, yaw_to_rot_quat
 from s3.sim.beamng_params import BeamngParams
 from s3.sim.beamng_standin import FRICTION_RE, PROTOCOL_VERSION, BeamngStandin, recv_frame, send_frame
@@ -113,6 +113,19 @@ def test_unknown_message_raises_in_beamngpy(standin: BeamngStandin) -> None:
         assert bng.system.get_environment_paths()["home"]  # the socket is still usable afterwards
     finally:
         bng.disconnect()
+
+
+def test_an_error_reply_is_a_rejection_not_a_lost_connection(standin: BeamngStandin, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BeamNG answering a request with bngError is SimulatorRejected (never retried), not SimulatorLost."""
+    s = BeamngSim(BeamngParams(port=standin.port, socket_timeout=TIMEOUT))
+    try:
+        s.reset(circle_track(), 340.0, -25.0, np.pi / 2, 5.0)
+        monkeypatch.setattr(s._vehicle, "control", lambda **kw: s._bng.control.get_gamestate())  # answered with bngError
+        with pytest.raises(SimulatorRejected, match=r"rejected the step: BNGError: .*Unknown message type") as e:
+            s.step(Control(0.0, 0.2, 0.0))
+        assert not isinstance(e.value, SimulatorLost)
+    finally:
+        s.close()
 
 
 def test_unreachable_simulator_is_a_simulator_error() -> None:

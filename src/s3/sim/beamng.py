@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from s3.sim.base import Control, SimulatorError, SimulatorLost, VehicleState
+from s3.sim.base import Control, SimulatorError, SimulatorLost, SimulatorRejected, VehicleState
 from s3.sim.beamng_params import BeamngParams
 
 if TYPE_CHECKING:
@@ -258,7 +258,7 @@ class BeamngSim:
             raise
         except Exception as e:
             self._drop()
-            raise SimulatorLost(f"BeamNG reset failed: {type(e).__name__}: {e}") from None
+            raise _classify("reset", e) from None
 
     def step(self, control: Control) -> VehicleState:
         """Hold `control` for one control period of deterministic steps; return the new state."""
@@ -277,7 +277,7 @@ class BeamngSim:
             raise
         except Exception as e:
             self._drop()
-            raise SimulatorLost(f"BeamNG step failed: {type(e).__name__}: {e}") from None
+            raise _classify("step", e) from None
 
     def close(self) -> None:
         """Restore the ground model, disconnect; BeamNG.tech keeps running (quit_on_close=False)."""
@@ -387,3 +387,14 @@ class BeamngSim:
         self._bng.control.queue_lua_command(chunk)
         self.lua_sent.append(chunk)
         self._scale = scale
+
+
+def _classify(what: str, error: Exception) -> SimulatorError:
+    """A beamngpy failure as s3 sees it: an error reply (`bngError`/`bngValueError`, which beamngpy
+    raises as BNGError/BNGValueError) is the simulator saying no and would say no again
+    (SimulatorRejected: never retried); anything else is the connection (SimulatorLost: retried)."""
+    from beamngpy.logging import BNGError, BNGValueError
+
+    if isinstance(error, (BNGError, BNGValueError)):
+        return SimulatorRejected(f"BeamNG rejected the {what}: {type(error).__name__}: {error}")
+    return SimulatorLost(f"BeamNG {what} failed: {type(error).__name__}: {error}")

@@ -13,9 +13,10 @@ from pydantic import ValidationError
 from s3.tracks import generate
 from s3.tracks.csv_loader import load_track_csv, save_track_csv
 from s3.tracks.generate import ProceduralTrackParams, procedural_track
+from s3.tracks.geometry import periodic_spline, segments_cross, wrap_angle
 from s3.tracks.road_course import ICE_PATCHES, road_course
 from s3.tracks.torch_track import TrackBatch
-from s3.tracks.track import FrictionPatch, Track, TrackError, periodic_spline, segments_cross, wrap_angle
+from s3.tracks.track import FrictionPatch, Track, TrackError
 
 
 def circle(radius: float = 50.0, m: int = 720, name: str = "circle", patches=()) -> Track:

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from s3.tracks.track import FrictionPatch, Track, patch_span
+from s3.tracks.geometry import patch_span
+from s3.tracks.track import FrictionPatch, Track
 
 PEDAL_EPS = 0.05
 

@@ -14,7 +14,8 @@ import numpy as np
 from matplotlib.animation import FuncAnimation, PillowWriter
 from matplotlib.figure import Figure
 
-from s3.tracks.track import Track, patch_span
+from s3.tracks.geometry import patch_span
+from s3.tracks.track import Track
 from s3.viz.track_plot import new_figure, plot_track
 
 

@@ -28,7 +28,8 @@ from s3.dynamics.base import DynamicsModel
 from s3.rl.env import DistilledEnv
 from s3.rl.params import EnvParams
 from s3.sim.base import Control, SourceSim
-from s3.tracks.track import Track, wrap_angle
+from s3.tracks.geometry import wrap_angle
+from s3.tracks.track import Track
 
 SECONDS = 3.0
 CHECKPOINTS_S = (1.0, 2.0, 3.0)

@@ -31,7 +31,8 @@ from s3.sim.base import Control, SimulatorError, SimulatorLost, SourceSim, Vehic
 from s3.task.frame import TrackFrame, wrap
 from s3.task.rules import REASONS as TASK_REASONS
 from s3.task.rules import JudgeParams, Rules
-from s3.tracks.track import Track, wrap_angle
+from s3.tracks.geometry import wrap_angle
+from s3.tracks.track import Track
 
 REASONS = ("lap", "off_track", "backwards", "stalled", "sim_error", "max_time")
 TRAJECTORY_KEYS = (

@@ -13,7 +13,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy.spatial import cKDTree
 
-from s3.tracks.track import FrictionPatch, Track, TrackError, periodic_spline
+from s3.tracks.geometry import periodic_spline
+from s3.tracks.track import FrictionPatch, Track, TrackError
 
 _CLEARANCE = 6.0  # metres of verge between two parts of the road, beyond their widths
 _SEPARATION_ARC = 60.0  # points closer than this along the road are neighbours, not other parts

@@ -15,7 +15,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from s3.tracks.track import Track, patch_span
+from s3.tracks.geometry import patch_span
+from s3.tracks.track import Track
 
 _PAIRS_PER_CHUNK = 2**22  # point-segment pairs per chunk in the global (hint-free) projection
 

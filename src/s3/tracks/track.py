@@ -4,7 +4,8 @@ Everything downstream (the exploration driver, the batched RL environment, evalu
 same few questions of a track: where is this point along and across the road (project), what is
 the road like ahead (sample_ahead, curvature_at), and what grip is there (friction_at,
 friction_grid). The numpy queries here are the reference; `torch_track.TrackBatch` mirrors them
-for batches of tracks on a torch device.
+for batches of tracks on a torch device. The plane geometry lives in `geometry`, the nearest-
+segment search behind `project` in `segment_search`, the friction rasteriser in `friction_grid`.
 
 Conventions: world x east, y north; heading CCW from +x; lateral offset d is positive to the
 left of the driving direction; curvature is positive for left turns.
@@ -19,11 +20,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from s3.tracks.friction_grid import FrictionGrid
+from s3.tracks.friction_grid import FrictionGrid, rasterise
+from s3.tracks.geometry import MIN_SEGMENT, cross, left_normal, patch_span, periodic_spline, segments_cross, wrap_angle
+from s3.tracks.segment_search import SegmentSearch
 
-_BLOCK = 16  # segments per bounding circle in the pruned projection
 _CHUNK = 4096  # query points per vectorised projection chunk
-_MIN_SEG = 1e-6  # shorter segments count as duplicate points
 
 
 class TrackError(ValueError):
@@ -69,98 +70,6 @@ class Projection(NamedTuple):
     w_left: np.ndarray
     w_right: np.ndarray
     segment: np.ndarray  # index i of the nearest segment (point i -> point i+1)
-
-
-def wrap_angle(a: np.ndarray) -> np.ndarray:
-    """Wrap angles to (-pi, pi]."""
-    return np.pi - np.mod(np.pi - np.asarray(a, dtype=np.float64), 2.0 * np.pi)
-
-
-def periodic_spline(t: np.ndarray, period: float, y: np.ndarray, tq: np.ndarray) -> np.ndarray:
-    """Evaluate the periodic natural cubic spline through (t[i], y[i]) at tq (y: [M, D]).
-
-    Knots t must increase within [0, period). The cyclic tridiagonal system for the second
-    derivatives is strictly diagonally dominant (ratio 1/2), so Jacobi iteration converges
-    geometrically and stays fully vectorised.
-    """
-    t = np.asarray(t, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    h = np.diff(np.append(t, t[0] + period))  # h[i] = t[i+1] - t[i]
-    hp = np.roll(h, 1)  # h[i-1]
-    slope = (np.roll(y, -1, axis=0) - y) / h[:, None]
-    rhs = 6.0 * (slope - np.roll(slope, 1, axis=0))
-    diag = 2.0 * (hp + h)[:, None]
-    m = np.zeros_like(y)
-    prev, nxt = np.roll(np.arange(len(t)), 1), np.roll(np.arange(len(t)), -1)  # np.roll(m, +-1), as cheap indexing
-    for _ in range(80):
-        m = (rhs - hp[:, None] * m[prev] - h[:, None] * m[nxt]) / diag
-    tq = np.mod(np.asarray(tq, dtype=np.float64) - t[0], period) + t[0]
-    i = np.clip(np.searchsorted(t, tq, side="right") - 1, 0, len(t) - 1)
-    j = (i + 1) % len(t)
-    hi = h[i][:, None]
-    a = ((t[i] + h[i] - tq) / h[i])[:, None]
-    b = 1.0 - a
-    return a * y[i] + b * y[j] + ((a**3 - a) * m[i] + (b**3 - b) * m[j]) * hi**2 / 6.0
-
-
-def segments_cross(xy: np.ndarray) -> tuple[int, int] | None:
-    """First pair of non-adjacent segments of the closed polyline xy that cross or touch.
-
-    Segments are grouped in blocks whose bounding boxes are compared first, so the cost is
-    close to linear in the number of points for tracks that do not fold back on themselves.
-    """
-    m = len(xy)
-    a = xy
-    b = np.roll(xy, -1, axis=0)
-    nb = -(-m // _BLOCK)
-    seg = np.minimum(np.arange(nb * _BLOCK).reshape(nb, _BLOCK), m - 1)
-    lo = np.minimum(a[seg], b[seg]).min(axis=1)  # [nb, 2]
-    hi = np.maximum(a[seg], b[seg]).max(axis=1)
-    overlap = (lo[:, None, :] <= hi[None, :, :]).all(-1) & (lo[None, :, :] <= hi[:, None, :]).all(-1)
-    bi, bj = np.nonzero(np.triu(overlap))
-    for start in range(0, len(bi), 512):
-        i = seg[bi[start : start + 512]][:, :, None]  # [P, K, 1]
-        j = seg[bj[start : start + 512]][:, None, :]  # [P, 1, K]
-        i, j = np.broadcast_arrays(i, j)
-        i, j = i.ravel(), j.ravel()
-        apart = np.abs(i - j)
-        keep = (apart > 1) & (apart < m - 1)  # neighbours share an end point by construction
-        i, j = i[keep], j[keep]
-        lo_i, hi_i = np.minimum(a[i], b[i]), np.maximum(a[i], b[i])
-        lo_j, hi_j = np.minimum(a[j], b[j]), np.maximum(a[j], b[j])
-        near = (lo_i <= hi_j).all(-1) & (lo_j <= hi_i).all(-1)
-        i, j = i[near], j[near]
-        if len(i) == 0:
-            continue
-        p, r = a[i], b[i] - a[i]
-        q, s = a[j], b[j] - a[j]
-        proper = (_cross(r, q - p) * _cross(r, q + s - p) < 0) & (_cross(s, p - q) * _cross(s, p + r - q) < 0)
-        gap = np.minimum.reduce(
-            [_point_segment_dist(q, p, r), _point_segment_dist(q + s, p, r), _point_segment_dist(p, q, s), _point_segment_dist(p + r, q, s)]
-        )
-        hit = np.nonzero(proper | (gap < _MIN_SEG))[0]  # crossing, touching or overlapping
-        if len(hit):
-            k = hit[0]
-            return int(min(i[k], j[k])), int(max(i[k], j[k]))
-    return None
-
-
-def _point_segment_dist(x: np.ndarray, a: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Distance from points x to segments a + [0, 1] * v (all [P, 2])."""
-    t = np.clip(((x - a) * v).sum(-1) / (v * v).sum(-1), 0.0, 1.0)
-    return np.linalg.norm(x - a - t[:, None] * v, axis=-1)
-
-
-def _cross(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    return u[..., 0] * v[..., 1] - u[..., 1] * v[..., 0]
-
-
-def patch_span(p: FrictionPatch, length: float) -> tuple[float, float]:
-    """(start in [0, length), span in (0, length]) of a patch, resolving wrap-around."""
-    span = p.s_end - p.s_start
-    if span <= 0:
-        span += length
-    return float(np.mod(p.s_start, length)), float(span)
 
 
 class Track:
@@ -219,8 +128,8 @@ class Track:
                 k = int(np.argmin(w))
                 raise self._fail(f"{label} must be positive, got {w[k]:g} at point {k}")
         seg = np.linalg.norm(np.roll(xy, -1, axis=0) - xy, axis=1)
-        if (seg < _MIN_SEG).any():
-            k = int(np.argmax(seg < _MIN_SEG))
+        if (seg < MIN_SEGMENT).any():
+            k = int(np.argmax(seg < MIN_SEGMENT))
             raise self._fail(f"duplicate consecutive points {k} and {(k + 1) % m}")
         crossing = segments_cross(xy)
         if crossing is not None:
@@ -279,18 +188,12 @@ class Track:
         p0, p1, p2 = np.roll(self.centerline, 1, axis=0), self.centerline, np.roll(self.centerline, -1, axis=0)
         a, b, c = p1 - p0, p2 - p1, p2 - p0
         den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) * np.linalg.norm(c, axis=1)
-        return _ro(2.0 * _cross(a, b) / np.maximum(den, 1e-12))
+        return _ro(2.0 * cross(a, b) / np.maximum(den, 1e-12))
 
     @cached_property
-    def _blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Segment blocks with bounding circles (segment ids [nb, K], centres [nb, 2], radii [nb])."""
-        m = len(self)
-        nb = -(-m // _BLOCK)
-        seg = np.minimum(np.arange(nb * _BLOCK).reshape(nb, _BLOCK), m - 1)
-        ends = np.concatenate([self.centerline[seg], self.centerline[(seg + 1) % m]], axis=1)
-        centre = 0.5 * (ends.min(axis=1) + ends.max(axis=1))
-        radius = np.linalg.norm(ends - centre[:, None, :], axis=2).max(axis=1)
-        return seg, centre, radius
+    def segment_search(self) -> SegmentSearch:
+        """Nearest-segment search over the centerline's segments (behind `project`)."""
+        return SegmentSearch(self.centerline, self.segment_vectors, self.segment_lengths)
 
     # ------------------------------------------------------------------ along-track lookups
     def _locate(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -318,8 +221,8 @@ class Track:
         i, t = self._locate(s)
         xy = self.centerline[i] * (1 - t)[..., None] + self.centerline[(i + 1) % len(self)] * t[..., None]
         h = self._heading_lerp(i, t)
-        n0 = _normal(self.heading[i])
-        n1 = _normal(self.heading[(i + 1) % len(self)])
+        n0 = left_normal(self.heading[i])
+        n1 = left_normal(self.heading[(i + 1) % len(self)])
         normal = n0 * (1 - t)[..., None] + n1 * t[..., None]
         xy = xy + np.asarray(d, dtype=np.float64)[..., None] * normal
         return xy[..., 0], xy[..., 1], h
@@ -342,47 +245,6 @@ class Track:
         return np.stack([x, y], axis=-1)
 
     # ------------------------------------------------------------------ projection
-    @cached_property
-    def _seg_arrays(self) -> tuple[np.ndarray, ...]:
-        """Segment starts, directions and 1/length^2 split by component (faster gathers)."""
-        v = self.segment_vectors
-        inv = 1.0 / (self.segment_lengths**2)
-        return self.centerline[:, 0].copy(), self.centerline[:, 1].copy(), v[:, 0].copy(), v[:, 1].copy(), inv
-
-    def _nearest(self, p: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Nearest point on candidate segments cand [n, C] for points p [n, 2]: (segment, t, dist2)."""
-        ax, ay, vx, vy, inv = self._seg_arrays
-        vxc, vyc = vx[cand], vy[cand]
-        rx = p[:, :1] - ax[cand]
-        ry = p[:, 1:] - ay[cand]
-        t = np.clip((rx * vxc + ry * vyc) * inv[cand], 0.0, 1.0)
-        rx -= t * vxc
-        ry -= t * vyc
-        dist2 = rx * rx + ry * ry
-        k = np.argmin(dist2, axis=1)
-        rows = np.arange(len(p))
-        return cand[rows, k], t[rows, k], dist2[rows, k]
-
-    def _nearest_pruned(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Exact nearest segment: the few blocks with the smallest lower bound, then a check."""
-        seg, centre, radius = self._blocks
-        nb = len(centre)
-        c = min(4, nb)
-        dc = np.linalg.norm(p[:, None, :] - centre[None], axis=2)
-        lb = np.maximum(dc - radius[None], 0.0)
-        if c < nb:
-            part = np.argpartition(lb, c, axis=1)
-            best_blocks, next_lb = part[:, :c], np.take_along_axis(lb, part[:, c : c + 1], axis=1)[:, 0]
-        else:
-            best_blocks, next_lb = np.broadcast_to(np.arange(nb), (len(p), nb)), np.full(len(p), np.inf)
-        cand = seg[best_blocks].reshape(len(p), -1)
-        i, t, dist2 = self._nearest(p, cand)
-        redo = np.nonzero(dist2 > next_lb**2)[0]
-        if len(redo):
-            all_seg = np.broadcast_to(np.arange(len(self)), (len(redo), len(self)))
-            i[redo], t[redo], dist2[redo] = self._nearest(p[redo], all_seg)
-        return i, t, dist2
-
     def project(
         self,
         xy: np.ndarray,
@@ -405,16 +267,18 @@ class Track:
             if hint is not None:
                 h = np.asarray(hint, dtype=np.int64).reshape(-1)[sl]
                 cand = np.mod(h[:, None] + np.arange(-window, window + 1)[None], m)
-                seg[sl], t[sl], _ = self._nearest(p[sl], cand)
+                seg[sl], t[sl], _ = self.segment_search.nearest(p[sl], cand)
             else:
-                seg[sl], t[sl], _ = self._nearest_pruned(p[sl])
-        return self._projection_from(p, seg, t, yaw)
+                seg[sl], t[sl], _ = self.segment_search.nearest_pruned(p[sl])
+        return self.projection_from(p, seg, t, yaw)
 
-    def _projection_from(self, p: np.ndarray, seg: np.ndarray, t: np.ndarray, yaw: np.ndarray | None) -> Projection:
+    def projection_from(self, p: np.ndarray, seg: np.ndarray, t: np.ndarray, yaw: np.ndarray | None = None) -> Projection:
+        """The Projection of points p [N, 2] whose nearest centerline point lies at fraction t [N]
+        along segment seg [N] (as `segment_search` finds them)."""
         v = self.segment_vectors[seg]
         q = self.centerline[seg] + t[:, None] * v
         rel = p - q
-        side = np.where(_cross(v, rel) >= 0, 1.0, -1.0)
+        side = np.where(cross(v, rel) >= 0, 1.0, -1.0)
         d = side * np.linalg.norm(rel, axis=1)
         s = np.mod(self.s[seg] + t * self.segment_lengths[seg], self.length)
         heading = self._heading_lerp(seg, t)
@@ -435,8 +299,9 @@ class Track:
         return np.where(pr.d >= 0, pr.d <= pr.w_left, -pr.d <= pr.w_right)
 
     # ------------------------------------------------------------------ friction
-    def _mu_from_sd(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
-        """Friction at track coordinates; a later patch overrides an earlier one where they overlap."""
+    def friction_at_sd(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """Friction at track coordinates (arc length s in [0, length), lateral offset d), both
+        [N]: base_mu outside every patch; a later patch overrides an earlier one where they overlap."""
         mu = np.full(s.shape, self.base_mu)
         for p in self.patches:
             start, span = patch_span(p, self.length)
@@ -450,7 +315,7 @@ class Track:
         if not self.patches:
             return np.full(len(p), self.base_mu)
         pr = self.project(p)
-        return self._mu_from_sd(pr.s, pr.d)
+        return self.friction_at_sd(pr.s, pr.d)
 
     def patch_polygon(self, patch: FrictionPatch, step: float = 1.0) -> np.ndarray:
         """Outline [P, 2] of a patch in world coordinates (for plots and bounding boxes)."""
@@ -461,53 +326,8 @@ class Track:
         return np.stack([np.concatenate([xl, xr]), np.concatenate([yl, yr])], axis=1)
 
     def friction_grid(self, res: float = 0.25) -> FrictionGrid:
-        """Rasterise the patches into a FrictionGrid; only cells near a patch are evaluated.
-
-        Each patch's (s, d) rectangle, widened by a margin, is sampled at half a cell to mark
-        the cells it touches; those cells are projected exactly (against only the centerline
-        blocks that can be nearest to them) and given friction_at's value. Every other cell
-        keeps base_mu, so a long course costs little more than its patches.
-        """
-        if not self.patches:
-            return FrictionGrid.uniform(self.base_mu)
-        pad = 2.0 * res + 0.5
-        step = 0.5 * res
-        samples = []
-        for p in self.patches:
-            start, span = patch_span(p, self.length)
-            ss = start - pad + np.arange(0.0, span + 2 * pad + step, step)
-            dd = np.arange(p.d_min - pad, p.d_max + pad + step, step)
-            x, y, _ = self.pose_at(ss[:, None], dd[None, :])
-            reach = max(abs(p.d_min), abs(p.d_max)) + pad + 2.0 * res  # cell-to-centerline bound
-            samples.append((np.stack([x.ravel(), y.ravel()], axis=1), reach))
-        allpts = np.concatenate([pts for pts, _ in samples])
-        x0 = (np.floor(allpts[:, 0].min() / res) - 1) * res
-        y0 = (np.floor(allpts[:, 1].min() / res) - 1) * res
-        nx = int(np.ceil((allpts[:, 0].max() - x0) / res)) + 2
-        ny = int(np.ceil((allpts[:, 1].max() - y0) / res)) + 2
-        mu = np.full((ny, nx), self.base_mu)
-        done = np.zeros((ny, nx), dtype=bool)
-        seg, centre, radius = self._blocks
-        for pts, reach in samples:
-            fj = np.floor((pts[:, 0] - x0) / res).astype(np.int64)
-            fi = np.floor((pts[:, 1] - y0) / res).astype(np.int64)
-            cells = np.unique(np.concatenate([(fi + di) * nx + fj + dj for di in (0, 1) for dj in (0, 1)]))
-            cells = cells[~done.ravel()[cells]]
-            if len(cells) == 0:
-                continue
-            done.ravel()[cells] = True
-            ii, jj = np.divmod(cells, nx)
-            pc = np.stack([x0 + jj * res, y0 + ii * res], axis=1)
-            lo, hi = pc.min(axis=0), pc.max(axis=0)
-            gap = np.maximum(np.maximum(lo[None] - centre, centre - hi[None]), 0.0)
-            cand = np.unique(seg[np.linalg.norm(gap, axis=1) - radius <= reach])
-            chunk = max(1, 2**21 // len(cand))
-            for k in range(0, len(pc), chunk):
-                sl = slice(k, k + chunk)
-                s_i, t_i, _ = self._nearest(pc[sl], np.broadcast_to(cand, (len(pc[sl]), len(cand))))
-                pr = self._projection_from(pc[sl], s_i, t_i, None)
-                mu.ravel()[cells[sl]] = self._mu_from_sd(pr.s, pr.d)
-        return FrictionGrid(float(x0), float(y0), float(res), mu, self.base_mu)
+        """The friction map rasterised on `res` m cells (`friction_grid.rasterise`), for the physics loop."""
+        return rasterise(self, res)
 
     # ------------------------------------------------------------------ copies
     def with_patches(self, patches: Sequence[FrictionPatch], name: str | None = None) -> Track:
@@ -557,10 +377,6 @@ class Track:
             new_start = remap(start)
             patches.append(FrictionPatch(new_start, new_start + remap(start + span) - remap(start), p.d_min, p.d_max, p.mu))
         return Track(self.name, xy, wl, wr, patches, self.base_mu)
-
-
-def _normal(heading: np.ndarray) -> np.ndarray:
-    return np.stack([-np.sin(heading), np.cos(heading)], axis=-1)
 
 
 def _ro(a: np.ndarray) -> np.ndarray:

@@ -19,7 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Polygon
 
 from s3.io import atomic_path
-from s3.tracks.track import Track, patch_span
+from s3.tracks.geometry import patch_span
+from s3.tracks.track import Track
 
 Trajectory = tuple[np.ndarray, np.ndarray]  # xy [T, 2], speed [T] in m/s
 

@@ -11,6 +11,10 @@ import pytest
 from rich.console import Console
 
 from s3.evaluate import report as rp
+from s3.evaluate.report_cost import DASH, efficiency
+from s3.evaluate.report_mlflow import log_report_mlflow
+from s3.evaluate.report_ranks import quality_ranks, spearman
+from s3.evaluate.report_render import MAIN_COLUMNS, correlation_lines, efficiency_rows, main_rows, markdown, report_table
 
 ADE2 = {"bicycle": 1.0, "ddm": 0.2, "transformer": 0.5, "dytr": 0.3}  # accuracy order: ddm, dytr, transformer, bicycle
 COMPLETION = {"bicycle": 0.25, "ddm": 1.0, "transformer": 0.5, "dytr": 0.75}  # the same order
@@ -86,16 +90,16 @@ def test_table_joins_accuracy_and_quality(ws: Path) -> None:
     assert rep["rows"]["oracle"]["prediction"]["ade_2s_all"] == 0.3
     assert rep["rows"]["pid"]["prediction"]["ade_2s_all"] is None
 
-    rows = {r[0]: r for r in rp.main_rows(rep)}
+    rows = {r[0]: r for r in main_rows(rep)}
     assert rows["ddm"][1:5] == ["0.10", "0.20", "0.20", "0.40"]
-    assert rows["ddm"][5:7] == [rp.DASH, rp.DASH]  # no manoeuvre probes in these evals
+    assert rows["ddm"][5:7] == [DASH, DASH]  # no manoeuvre probes in these evals
     assert rows["ddm"][7:11] == ["100%", "100%", "100.0 ± 1.0", "100.0 ± 1.0"]
     assert rows["ddm"][14] == "+0% / +10.0 s" and rows["ddm"][16] == "1.0"
-    assert rows["pid"][1] == rp.DASH and rows["pid"][14] == rp.DASH and rows["pid"][16] == rp.DASH
+    assert rows["pid"][1] == DASH and rows["pid"][14] == DASH and rows["pid"][16] == DASH
     assert "oracle (dytr model)" in rows
     assert rows["bicycle"][9] == "100.0 ± 1.0"
-    table = rp.report_table(rep)
-    assert table.row_count == 7 and len(table.columns) == len(rp.MAIN_COLUMNS)
+    table = report_table(rep)
+    assert table.row_count == 7 and len(table.columns) == len(MAIN_COLUMNS)
 
 
 def test_manoeuvre_probes_join_the_table_and_the_correlation(ws: Path) -> None:
@@ -112,9 +116,9 @@ def test_manoeuvre_probes_join_the_table_and_the_correlation(ws: Path) -> None:
     assert rep["correlation"]["probe_3s_ice"]["rho"] == pytest.approx(-1.0)
     assert rep["correlation"]["ade_2s_all"]["rho"] == pytest.approx(1.0)
     assert rep["correlation"]["probe_3s_asphalt"]["rho"] is None  # all equal: no ranking
-    rows = {r[0]: r for r in rp.main_rows(rep)}
+    rows = {r[0]: r for r in main_rows(rep)}
     assert rows["ddm"][5:7] == ["0.5 / 4.0", "75%"]
-    assert any(line.startswith("probe_3s_ice: rho = -1.00") for line in rp.correlation_lines(rep))
+    assert any(line.startswith("probe_3s_ice: rho = -1.00") for line in correlation_lines(rep))
 
 
 @pytest.mark.parametrize(("completion", "rho"), [(COMPLETION, 1.0), ({f: 1.25 - c for f, c in COMPLETION.items()}, -1.0)])
@@ -132,7 +136,7 @@ def test_quality_ties_break_on_lap_time_and_average() -> None:
     def row(score: float | None, nominal: float | None, ice: float | None) -> dict[str, Any]:
         return {"quality": {"score": score}, "policy": {"nominal": {"lap_time_s": nominal}, "ice": {"lap_time_s": ice}}}
 
-    ranks = rp.quality_ranks({"a": row(1.0, 110.0, 150.0), "b": row(1.0, 100.0, 150.0), "c": row(0.5, None, None),
+    ranks = quality_ranks({"a": row(1.0, 110.0, 150.0), "b": row(1.0, 100.0, 150.0), "c": row(0.5, None, None),
                               "d": row(0.5, None, None), "e": row(None, 90.0, 90.0)})  # fmt: skip
     assert ranks == {"b": 1.0, "a": 2.0, "c": 3.5, "d": 3.5}
 
@@ -144,14 +148,14 @@ def test_quality_ties_on_completion_break_on_the_lap_share_driven() -> None:
         conds = dict(zip(("nominal", "ice"), shares or (None, None)))
         return {"quality": {"score": 0.0}, "policy": {c: {"lap_time_s": None, "lap_share": v} for c, v in conds.items()}}
 
-    ranks = rp.quality_ranks({"far": row((0.6, 0.3)), "near": row((0.1, 0.1)), "mid": row((0.3, 0.2)), "unknown": row(None)})
+    ranks = quality_ranks({"far": row((0.6, 0.3)), "near": row((0.1, 0.1)), "mid": row((0.3, 0.2)), "unknown": row(None)})
     assert ranks == {"far": 1.0, "mid": 2.0, "near": 3.0, "unknown": 4.0}
 
 
 def test_spearman_needs_three_families_and_variation() -> None:
-    few = rp.spearman({"ddm": 0.1, "dytr": 0.2, "bicycle": None}, {"ddm": 1.0, "dytr": 2.0, "bicycle": 3.0})
+    few = spearman({"ddm": 0.1, "dytr": 0.2, "bicycle": None}, {"ddm": 1.0, "dytr": 2.0, "bicycle": 3.0})
     assert few["rho"] is None and few["n"] == 2 and "3 families" in few["reason"]
-    flat = rp.spearman({"ddm": 0.1, "dytr": 0.2, "bicycle": 0.3}, {"ddm": 2.0, "dytr": 2.0, "bicycle": 2.0})
+    flat = spearman({"ddm": 0.1, "dytr": 0.2, "bicycle": 0.3}, {"ddm": 2.0, "dytr": 2.0, "bicycle": 2.0})
     assert flat["rho"] is None and "policy quality" in flat["reason"]
 
 
@@ -174,7 +178,7 @@ def test_efficiency_arithmetic(ws: Path) -> None:
     assert rt["break_even_n"] == pytest.approx(175.0 / 580.0) and rt["break_even_policies"] == 1
     assert eff["families"]["oracle"]["distill_wall_s"] == 70.0  # dytr's model
     assert eff["families"]["dytr"]["break_even_n"] == pytest.approx(170.0 / 40.0)
-    rows = {r[0]: r for r in rp.efficiency_rows(rp.build_report(ws / "metrics"))}
+    rows = {r[0]: r for r in efficiency_rows(rp.build_report(ws / "metrics"))}
     assert rows["ddm"][1:6] == ["20 s", "80 s", "4.0x", "2.5 min", "3 (n = 2.50)"]
 
 
@@ -199,12 +203,12 @@ def test_efficiency_bounds_when_direct_never_completes(ws: Path) -> None:
 
 
 def test_efficiency_edge_cases() -> None:
-    assert rp.efficiency(20.0, False, 80.0, True, 150.0)["speedup_text"] == "not reached"
-    slower = rp.efficiency(100.0, True, 80.0, True, 150.0)
+    assert efficiency(20.0, False, 80.0, True, 150.0)["speedup_text"] == "not reached"
+    slower = efficiency(100.0, True, 80.0, True, 150.0)
     assert slower["speedup"] == pytest.approx(0.8) and slower["break_even_n"] is None and slower["break_even_text"].startswith("never")
-    unknown = rp.efficiency(20.0, True, None, None, 150.0)
-    assert unknown["speedup"] is None and unknown["speedup_text"] == rp.DASH and unknown["break_even_text"] == rp.DASH
-    no_cost = rp.efficiency(20.0, True, 80.0, True, None)
+    unknown = efficiency(20.0, True, None, None, 150.0)
+    assert unknown["speedup"] is None and unknown["speedup_text"] == DASH and unknown["break_even_text"] == DASH
+    no_cost = efficiency(20.0, True, 80.0, True, None)
     assert no_cost["speedup"] == pytest.approx(4.0) and no_cost["break_even_n"] is None
 
 
@@ -215,9 +219,9 @@ def test_missing_inputs_are_not_measured(tmp_path: Path) -> None:
     assert rep["correlation"]["ade_2s_all"]["rho"] is None
     eff = rep["efficiency"]
     assert eff["control_dt"] is None and eff["collect"]["wall_s"] is None and eff["direct"]["reached"] is None
-    assert eff["families"]["ddm"]["speedup"] is None and eff["families"]["ddm"]["break_even_text"] == rp.DASH
+    assert eff["families"]["ddm"]["speedup"] is None and eff["families"]["ddm"]["break_even_text"] == DASH
     assert any("manifest.json" in m for m in rep["missing"])
-    assert all(c == rp.DASH for r in rp.main_rows(rep) for c in r[1:])
+    assert all(c == DASH for r in main_rows(rep) for c in r[1:])
     paths = rp.write_report(rep, tmp_path / "metrics", tmp_path / "reports", tmp_path / "plots")
     assert all(p.exists() for p in paths)
     assert _strict(tmp_path / "metrics" / "report.json")["rows"]["ddm"]["quality"]["rank"] is None
@@ -255,7 +259,7 @@ def test_entry_point_writes_prints_and_logs(ws: Path, monkeypatch: pytest.Monkey
     assert (ws / "plots" / "report" / "accuracy_vs_quality.png").stat().st_size > 1000
     assert "![error_vs_horizon](../plots/report/error_vs_horizon.png)" in md  # every family's curve: the report stage's figure
     elsewhere = {**rep, "generated_at": "2000-01-01T00:00:00+00:00", "machine": "another-host (x86_64, Linux, 64 CPUs)"}
-    assert rp.markdown(elsewhere, [], ws / "reports") == rp.markdown(rep, [], ws / "reports")  # the same metrics, the same bytes
+    assert markdown(elsewhere, [], ws / "reports") == markdown(rep, [], ws / "reports")  # the same metrics, the same bytes
     assert (ws / "plots" / "report" / "error_vs_horizon.png").stat().st_size > 1000
     text = console.export_text()
     assert "transformer" in text and "4.0x" in text
@@ -270,15 +274,15 @@ def test_entry_point_writes_prints_and_logs(ws: Path, monkeypatch: pytest.Monkey
 
 def test_mlflow_is_off_inside_pytest(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("S3_MLFLOW", raising=False)
-    ids = rp.log_report_mlflow(rp.build_report(ws / "metrics"))
+    ids = log_report_mlflow(rp.build_report(ws / "metrics"))
     assert set(ids.values()) == {None}
 
 
 def test_spearman_p_value_is_exact_for_four_families() -> None:
     """Four families in perfect order: 2 of the 24 orderings are as extreme, so p = 1/12, not 0."""
     errors = {"bicycle": 0.9, "ddm": 0.2, "transformer": 0.4, "dytr": 0.1}
-    perfect = rp.spearman(errors, {"bicycle": 4.0, "ddm": 2.0, "transformer": 3.0, "dytr": 1.0})
+    perfect = spearman(errors, {"bicycle": 4.0, "ddm": 2.0, "transformer": 3.0, "dytr": 1.0})
     assert perfect["rho"] == pytest.approx(1.0) and perfect["p_value"] == pytest.approx(2 / 24)
-    swapped = rp.spearman(errors, {"bicycle": 4.0, "ddm": 3.0, "transformer": 2.0, "dytr": 1.0})
+    swapped = spearman(errors, {"bicycle": 4.0, "ddm": 3.0, "transformer": 2.0, "dytr": 1.0})
     assert swapped["rho"] == pytest.approx(0.8)
     assert swapped["p_value"] == pytest.approx(8 / 24)  # |rho| >= 0.8: each order, its reverse, and their 3 adjacent swaps

@@ -13,6 +13,12 @@ Every driver meets the same car there: `evaluate.driver_aids` (s3.sim.aids, trac
     probes.py        fixed open-loop manoeuvres in the source simulator and in a model, compared
     holdout.py       s3 holdout: policies and pid on held-out procedural tracks (heavy ice / dry), source
     report.py        s3 report: prediction accuracy vs policy quality, efficiency, report.json / report.md
+    report_inputs.py the report's inputs: reading the stage metrics, the order of the policies
+    report_rows.py   the report's row per policy: prediction accuracy, policy quality, transfer gap
+    report_ranks.py  quality ranks of the families, Spearman rank correlation with prediction error
+    report_cost.py   the efficiency accounting: distilled route vs direct, speed-up, break-even
+    report_render.py the report as text: table rows, rich tables, reports/report.md
+    report_mlflow.py the report's MLflow runs
     plots.py         trajectories on the track, speed/steering traces, top-down lap GIF
     tune_pid.py      the pid baseline's tuning aid, on procedural tracks only
 """

@@ -1,0 +1,140 @@
+"""What distillation saves: the distilled route's wall clock against direct PPO in the source simulator.
+
+    collect_cost(manifest, dt, record)          collection rows, wall clock, workers, real-time equivalents
+    direct_cost(direct, ev, dt)                 direct's time to a lap-completing policy (or its budget B)
+    efficiency(t_distilled, ..., one_time)      speed-up of the RL phase, break-even number of policies
+    efficiency_block(rows, collect, direct)     per distilled policy: measured, and for a real-time source
+
+The definitions the report states (metrics/report.json `definitions`: rl_wall_to_policy, speedup,
+one_time_cost, break_even, real_time) are their contract. A cost that was not measured is None
+and its text is DASH.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from s3.evaluate.report_inputs import get, num
+
+DASH = "—"
+
+
+def duration(s: float | None) -> str:
+    """Seconds as text: "45 s", "3.5 min", "2.1 h"; DASH for None."""
+    if s is None:
+        return DASH
+    if s < 120:
+        return f"{s:.0f} s"
+    return f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def efficiency(t_distilled: float | None, distilled_reached: bool | None, t_direct: float | None,
+               direct_reached: bool | None, one_time: float | None) -> dict[str, Any]:  # fmt: skip
+    """Speed-up of the RL phase and the break-even number of policies (see the report's definitions).
+
+    `t_direct` is direct's time to the lap when it was reached, else its budget B.
+    """
+    out: dict[str, Any] = {"speedup": None, "speedup_bound": None, "speedup_text": DASH,
+                           "break_even_n": None, "break_even_policies": None, "break_even_bound": None,
+                           "break_even_text": DASH}  # fmt: skip
+    if distilled_reached is False:
+        out["speedup_text"] = out["break_even_text"] = "not reached"
+        return out
+    if t_distilled is None or t_direct is None or direct_reached is None or distilled_reached is None:
+        return out
+    bound = "exact" if direct_reached else "lower"
+    out["speedup"], out["speedup_bound"] = t_direct / t_distilled if t_distilled > 0 else None, bound
+    if out["speedup"] is not None:
+        out["speedup_text"] = ("" if direct_reached else ">= ") + f"{out['speedup']:.1f}x"
+    if one_time is None:
+        return out
+    saved = t_direct - t_distilled
+    if saved <= 0:
+        out["break_even_text"] = "never (distilled RL not faster)" if direct_reached else f"{DASH} (direct's budget < t_distilled)"
+        return out
+    n = one_time / saved
+    out["break_even_n"], out["break_even_bound"] = n, "exact" if direct_reached else "upper"
+    out["break_even_policies"] = max(1, math.ceil(n - 1e-9))
+    out["break_even_text"] = ("" if direct_reached else "<= ") + f"{out['break_even_policies']} (n = {n:.2f})"
+    return out
+
+
+def collect_cost(manifest: Mapping[str, Any] | None, dt: float | None, record: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Collection rows from the rollout manifest, wall clock and workers from the run record
+    (metrics/collect.json; a manifest written before the record existed held them); real-time equivalents."""
+    rows = num(get(manifest, "rows"))
+    timed, name = (record, "metrics/collect.json") if record is not None else (manifest, "manifest")
+    wall = num(get(timed, "wall_seconds_total"))
+    source = f"{name} wall_seconds_total"
+    if wall is None:
+        wall = num(get(timed, "wall_seconds_this_run"))
+        source = f"{name} wall_seconds_this_run (undercounts when shards were reused from an earlier run)" if wall is not None else None
+    workers = num(get(timed, "workers"))
+    if workers is None:
+        configured = num(get(manifest, "params", "collect", "workers"))
+        workers = 1.0 if get(manifest, "simulator") == "beamng" else (configured if configured and configured > 0 else None)
+    car_s = rows * dt if rows is not None and dt is not None else None
+    return {
+        "wall_s": wall,
+        "wall_s_source": source,
+        "rows": rows,
+        "workers": workers,
+        "steps_per_s": rows / wall if rows is not None and wall else None,
+        "real_time_factor_per_worker": rows * dt / workers / wall if car_s and workers and wall else None,
+        "real_time_car_s": car_s,
+        "real_time_wall_s": car_s / workers if car_s is not None and workers else None,
+    }
+
+
+def _direct_value(direct: Mapping[str, Any] | None, key: str) -> float | None:
+    """direct.json keys are read at the top level or under "train"."""
+    v = num(get(direct, key))
+    return v if v is not None else num(get(direct, "train", key))
+
+
+def direct_cost(direct: Mapping[str, Any] | None, ev: Mapping[str, Any] | None, dt: float | None) -> dict[str, Any]:
+    """Direct PPO in the source simulator: time to the lap (or its budget) and real-time equivalent."""
+    wall, budget = _direct_value(direct, "wall_s"), _direct_value(direct, "budget_s")
+    steps, workers = _direct_value(direct, "env_steps"), _direct_value(direct, "workers")
+    rate = num(get(ev, "summary", "nominal", "completion_rate"))
+    reached = None if rate is None or wall is None else rate > 0
+    t = None
+    if reached is True:
+        t = wall
+    elif reached is False:
+        t = budget if budget is not None else wall
+    rt = steps * dt / workers if steps is not None and workers and dt is not None else None
+    return {
+        "wall_s": wall,
+        "budget_s": budget,
+        "env_steps": steps,
+        "workers": workers,
+        "env_steps_per_s": _direct_value(direct, "env_steps_per_s") or (steps / wall if steps is not None and wall else None),
+        "completion_nominal": rate,
+        "reached": reached,
+        "t_to_policy_s": t,
+        "text": duration(t) if reached else (f"not reached within {duration(t)}" if reached is False else DASH),
+        "real_time_wall_s": rt,
+        "real_time_factor_per_worker": steps * dt / workers / wall if rt is not None and wall else None,
+    }
+
+
+def efficiency_block(rows: Mapping[str, dict[str, Any]], collect: dict[str, Any], direct: dict[str, Any]) -> dict[str, Any]:
+    """Per distilled policy: measured, and re-computed for a real-time source simulator."""
+    measured, real_time = {}, {}
+    for name, r in rows.items():
+        if r["kind"] == "baseline":
+            continue
+        rate = r["policy"]["nominal"]["completion_rate"]
+        reached = None if rate is None or r["rl_wall_s"] is None else rate > 0
+        dist = r["distill_wall_s"]
+        base = {"rl_wall_s": r["rl_wall_s"], "reached": reached, "distill_wall_s": dist}
+        one = collect["wall_s"] + dist if collect["wall_s"] is not None and dist is not None else None
+        measured[name] = {**base, "one_time_cost_s": one,
+                          **efficiency(r["rl_wall_s"], reached, direct["t_to_policy_s"], direct["reached"], one)}  # fmt: skip
+        one_rt = collect["real_time_wall_s"] + dist if collect["real_time_wall_s"] is not None and dist is not None else None
+        real_time[name] = {**base, "one_time_cost_s": one_rt,
+                           **efficiency(r["rl_wall_s"], reached, direct["real_time_wall_s"], direct["reached"], one_rt)}  # fmt: skip
+    return {"families": measured, "real_time": real_time}

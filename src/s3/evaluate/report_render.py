@@ -1,0 +1,170 @@
+"""The report dict as text: the tables' rows, the correlation and cost lines, rich tables, markdown.
+
+    main_rows(report), efficiency_rows(report)       the two tables as strings (DASH = not measured)
+    correlation_lines(report), cost_lines(report)    one line per error metric; the costs behind the efficiency table
+    report_table(report), efficiency_table(report)   the same tables for the console (rich)
+    markdown(report, figures, reports_dir)           reports/report.md
+
+Rendering reads only the report dict (metrics/report.json), never the files it was built from;
+markdown() leaves out when and where the report was generated, so the same metrics give the
+same bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from s3.evaluate.report_cost import DASH, duration
+from s3.evaluate.report_rows import CORRELATED, ERROR_METRICS
+
+
+def _f(x: Any, digits: int = 2) -> str:
+    return DASH if x is None else f"{x:.{digits}f}"
+
+
+def _pair(a: Any, b: Any, digits: int = 1) -> str:
+    return DASH if a is None and b is None else f"{_f(a, digits)} / {_f(b, digits)}"
+
+
+def _pct(x: Any) -> str:
+    return DASH if x is None else f"{100 * x:.0f}%"
+
+
+def _lap(p: Mapping[str, Any]) -> str:
+    if p["lap_time_s"] is None:
+        return DASH
+    ci = p.get("lap_time_ci95")
+    half = (ci[1] - ci[0]) / 2 if ci and None not in ci else None
+    return f"{p['lap_time_s']:.1f}" + ("" if half is None else f" ± {half:.1f}")
+
+
+def _gap(g: Mapping[str, Any]) -> str:
+    c, t = g["completion_rate"], g["lap_time_s"]
+    if c is None and t is None:
+        return DASH
+    return f"{DASH if c is None else f'{100 * c:+.0f}%'} / {DASH if t is None else f'{t:+.1f} s'}"
+
+
+MAIN_COLUMNS = ("policy", "ADE 1s all (m)", "ADE 2s all (m)", "ADE 1s ice (m)", "ADE 2s ice (m)",
+                "manoeuvres 3s asphalt / ice (m)", "slides agreed", "completed nominal",
+                "completed ice", "lap time nominal (s)", "lap time ice (s)", "steer rate (1/s)", "steer jerk (1/s²)",
+                "ice patches crossed", "transfer gap nominal", "transfer gap ice", "quality rank")  # fmt: skip
+
+
+def main_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    """The accuracy-vs-quality table as strings (one row per policy; "—" = not measured)."""
+    out = []
+    for name, r in report["rows"].items():
+        pred, pol, gap = r["prediction"], r["policy"], r["transfer_gap"]
+        label = name if not r["prediction_from"] or r["prediction_from"] == name else f"{name} ({r['prediction_from']} model)"
+        out.append([
+            label, *(_f(pred[m]) for m in ERROR_METRICS), _pair(pred["probe_3s_asphalt"], pred["probe_3s_ice"]),
+            _pct(pred["probe_slides_agreed"]), _pct(pol["nominal"]["completion_rate"]),
+            _pct(pol["ice"]["completion_rate"]), _lap(pol["nominal"]), _lap(pol["ice"]),
+            _f(pol["nominal"]["mean_abs_steering_rate"], 3), _f(pol["nominal"]["mean_abs_steering_jerk"], 2),
+            _pct(pol["ice"]["patch_crossing_rate"]), _gap(gap["nominal"]), _gap(gap["ice"]), _f(r["quality"]["rank"], 1),
+        ])  # fmt: skip
+    return out
+
+
+EFF_COLUMNS = ("policy", "RL to lap (distilled)", "RL to lap (direct)", "speed-up", "one-time cost", "break-even policies",
+               "speed-up @ real time", "one-time @ real time", "break-even @ real time")  # fmt: skip
+
+
+def efficiency_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    """The efficiency table as strings (one row per distilled policy)."""
+    eff = report["efficiency"]
+    out = []
+    for name, m in eff["families"].items():
+        rt = eff["real_time"][name]
+        rl = "not reached" if m["reached"] is False else duration(m["rl_wall_s"]) if m["reached"] else DASH
+        out.append([name, rl, eff["direct"]["text"], m["speedup_text"], duration(m["one_time_cost_s"]), m["break_even_text"],
+                    rt["speedup_text"], duration(rt["one_time_cost_s"]), rt["break_even_text"]])  # fmt: skip
+    return out
+
+
+def correlation_lines(report: Mapping[str, Any]) -> list[str]:
+    """One line per error metric: rho, p and n, or why there is none."""
+    lines = []
+    for m in CORRELATED:
+        c = report["correlation"].get(m)
+        if c is None:  # a report written before the probes existed
+            continue
+        if c["rho"] is None:
+            lines.append(f"{m}: rho = {DASH} ({c['reason']})")
+        else:
+            lines.append(f"{m}: rho = {c['rho']:+.2f} (p = {c['p_value']:.2f}, n = {c['n']}: {', '.join(c['families'])})")
+    return lines
+
+
+def cost_lines(report: Mapping[str, Any]) -> list[str]:
+    """The one-time costs and the measured source-simulator speeds behind the efficiency table."""
+    eff = report["efficiency"]
+    c, d = eff["collect"], eff["direct"]
+    rows = DASH if c["rows"] is None else f"{c['rows']:,.0f}"
+    steps = DASH if d["env_steps"] is None else f"{d['env_steps']:,.0f}"
+    return [
+        f"control period: {_f(eff['control_dt'], 3)} s",
+        f"collection: {duration(c['wall_s'])} for {rows} control steps with {_f(c['workers'], 0)} workers "
+        f"({_f(c['real_time_factor_per_worker'], 1)}x real time per worker); at real time: {duration(c['real_time_car_s'])} "
+        f"of one car, {duration(c['real_time_wall_s'])} with the same workers",
+        *[f"distill {n}: {duration(m['distill_wall_s'])}" for n, m in eff["families"].items()],
+        f"direct PPO in the source simulator: {d['text']}, {steps} env steps with {_f(d['workers'], 0)} workers "
+        f"({_f(d['real_time_factor_per_worker'], 1)}x real time per worker); at real time: {duration(d['real_time_wall_s'])}",
+    ]
+
+
+def _table(title: str, columns: Iterable[str], rows: list[list[str]]) -> Table:
+    table = Table(title=title)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def report_table(report: Mapping[str, Any]) -> Table:
+    """Prediction accuracy next to policy quality, one row per policy."""
+    return _table("report: prediction accuracy (held-out rollouts) vs policy quality (source simulator, road course)",
+                  MAIN_COLUMNS, main_rows(report))  # fmt: skip
+
+
+def efficiency_table(report: Mapping[str, Any]) -> Table:
+    """Wall clock to a lap-completing policy, distilled vs direct; measured and at real time."""
+    return _table("report: RL wall clock to a policy that completes the nominal lap", EFF_COLUMNS, efficiency_rows(report))
+
+
+def _md_table(columns: Iterable[str], rows: list[list[str]]) -> str:
+    cols = list(columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Path) -> str:
+    """reports/report.md: the tables, the correlation, the costs, the figure, the definitions."""
+    figs = [f"![{Path(f).stem}]({os.path.relpath(Path(f).resolve(), Path(reports_dir).resolve())})" for f in figures]
+    parts = [
+        "# s3 report: prediction accuracy vs policy quality",
+        f"Generated from `{report['metrics_dir']}`.",  # when and on which host: metrics/report.json (the same metrics, the same bytes)
+        "## Accuracy vs policy quality",
+        _md_table(MAIN_COLUMNS, main_rows(report)),
+        "Transfer gap: completion / lap time, source minus distilled environment.",
+        "## Does better prediction give a better policy?",
+        "Spearman rho of (prediction error, quality rank), +1 = better prediction goes with a better policy:",
+        "\n".join(f"- {line}" for line in correlation_lines(report)),
+        *figs,
+        "## Efficiency",
+        _md_table(EFF_COLUMNS, efficiency_rows(report)),
+        "\n".join(f"- {line}" for line in cost_lines(report)),
+        "## Definitions",
+        "\n".join(f"- **{k}**: {v}" for k, v in report["definitions"].items()),
+    ]
+    if report["missing"]:
+        parts += ["## Not measured (inputs missing)", "\n".join(f"- `{m}`" for m in report["missing"])]
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,103 @@
+"""One row of the report per policy: its prediction accuracy next to its policy quality.
+
+    policy_row(name, kind, distill, ev, train, prediction_from) -> the row dict of metrics/report.json
+
+reads one policy's metrics/distill (its model's), metrics/eval and metrics/train dicts; every
+value that was not measured is None. The quality rank is left None here (s3.evaluate.report_ranks
+ranks the families against each other).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from s3.evaluate.report_inputs import BASELINES, get, num
+
+CONDITIONS = ("nominal", "ice")
+ERROR_METRICS = ("ade_1s_all", "ade_2s_all", "ade_1s_ice", "ade_2s_ice")
+PROBE_METRICS = ("probe_3s_asphalt", "probe_3s_ice")  # manoeuvre probes (s3.evaluate.probes), from metrics/eval
+CORRELATED = (*ERROR_METRICS, *PROBE_METRICS)
+POLICY_KEYS = ("mean_abs_steering_rate", "mean_abs_steering_jerk", "pedal_switches", "off_track_events",
+               "mean_abs_lateral_error_m", "patch_crossing_rate")  # fmt: skip
+GAP_KEYS = ("completion_rate", "lap_time_s", "mean_speed_mps")
+
+
+def prediction_columns(distill: Mapping[str, Any] | None, ev: Mapping[str, Any] | None = None) -> dict[str, float | None]:
+    """ADE at 1 s / 2 s on all test windows and on ice windows; the manoeuvre probes' errors (from the eval)."""
+    out: dict[str, float | None] = {}
+    for name in ERROR_METRICS:
+        metric, split = name.rsplit("_", 1)
+        out[name] = num(get(distill, "rollout", split, metric))
+    out["fde_2s_all"] = num(get(distill, "rollout", "all", "fde_2s"))
+    for name in PROBE_METRICS:
+        out[name] = num(get(ev, "probes", "summary", f"pos_err_3s_{name.rsplit('_', 1)[1]}"))
+    agreed, total = num(get(ev, "probes", "summary", "slides_agreed")), num(get(ev, "probes", "summary", "manoeuvres"))
+    out["probe_slides_agreed"] = agreed / total if agreed is not None and total else None
+    return out
+
+
+def policy_columns(ev: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Per condition: completion, lap time (mean and 95 % CI) and the smoothness metrics."""
+    out: dict[str, dict[str, Any]] = {}
+    for cond in CONDITIONS:
+        s = get(ev, "summary", cond)
+        ci = get(s, "lap_time_s", "ci95")
+        out[cond] = {
+            "completion_rate": num(get(s, "completion_rate")),
+            "completed": get(s, "completed"),
+            "runs": get(s, "runs"),
+            "lap_time_s": num(get(s, "lap_time_s", "mean")),
+            "lap_time_ci95": [num(c) for c in ci] if isinstance(ci, list) and len(ci) == 2 else None,
+            "lap_share": num(get(ev, "conditions", cond, "aggregate", "completion_fraction", "mean")),
+            **{k: num(get(s, k, "mean")) for k in POLICY_KEYS},
+        }
+    return out
+
+
+def gap_columns(ev: Mapping[str, Any] | None) -> dict[str, dict[str, float | None]]:
+    """Source-minus-distilled gaps per condition (the lead adds `transfer_gap` to family evals)."""
+    return {cond: {k: num(get(ev, "transfer_gap", cond, k, "gap")) for k in GAP_KEYS} for cond in CONDITIONS}
+
+
+def quality_score(policy: Mapping[str, Any]) -> float | None:
+    """Mean completion rate over nominal and ice; None unless both were measured."""
+    rates = [get(policy, c, "completion_rate") for c in CONDITIONS]
+    return None if any(r is None for r in rates) else sum(rates) / len(rates)
+
+
+def policy_row(name: str, kind: str, distill: dict | None, ev: dict | None, train: dict | None, prediction_from: str | None) -> dict[str, Any]:
+    """The policy's row: prediction, policy, transfer gap, quality (rank None), RL and distill wall clocks."""
+    policy = policy_columns(ev)
+    return {
+        "kind": kind,
+        "prediction_from": prediction_from,
+        "prediction": prediction_columns(distill, ev),
+        "policy": policy,
+        "transfer_gap": gap_columns(ev),
+        "quality": {"score": quality_score(policy), "rank": None},
+        "rl_wall_s": num(get(train, "seed_selection", "rl_wall_s"))
+        or num(get(train, "seed_selection", "wall_s"))
+        or num(get(train, "train", "wall_s")),  # all seeds, side by side
+        "distill_wall_s": num(get(distill, "total_wall_s")) if distill else None,
+    }
+
+
+def policy_kind(name: str, families: list[str], models: Mapping[str, str]) -> str:
+    """family, oracle, policy (trained in a model), baseline, or other."""
+    if name in families:
+        return "family"
+    if name == "oracle" or name in models:
+        return "oracle" if name == "oracle" else "policy"
+    return "baseline" if name in BASELINES else "other"
+
+
+def prediction_source(name: str, d: Path, train: dict | None, families: list[str], models: Mapping[str, str]) -> str | None:
+    """Whose distill metrics describe this policy's dynamics model (the oracle drives its model's)."""
+    if (d / f"{name}.json").exists():
+        return name
+    fam = get(train, "family")
+    if isinstance(fam, str) and fam in families:
+        return fam
+    return models.get(name)

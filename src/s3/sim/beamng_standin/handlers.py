@@ -1,0 +1,212 @@
+"""The requests the stand-in answers: one handler per beamngpy message type, per kind of socket.
+
+Exactly the messages `s3.sim.beamng` makes beamngpy send are here; the server answers any other
+type with `Unknown message type`. A handler checks the request's fields, acts on the server's
+`World` and returns the reply (BeamNG's reply type; `_id` is added by the server; `_close`:
+hang up after replying) or None for no reply. It raises `ProtocolError` for a bad request. GE
+Lua is accepted only in the exact form of `s3.sim.beamng.FRICTION_LUA`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from s3.sim.beamng import FRICTION_LUA
+from s3.sim.beamng_standin.wire import ProtocolError
+
+if TYPE_CHECKING:
+    from s3.sim.beamng_standin.server import BeamngStandin
+
+Handler = Callable[["BeamngStandin", dict[str, Any]], dict[str, Any] | None]
+
+
+def _lua_pattern() -> re.Pattern[str]:
+    probe = FRICTION_LUA.format(gm="@@GM@@", scale="@@SCALE@@")
+    rx = re.escape(probe).replace("@@GM@@", r"(?P<gm>[A-Za-z0-9_]+)").replace("@@SCALE@@", r"(?P<scale>\d+\.\d{6})")
+    return re.compile(rx)
+
+
+FRICTION_RE = _lua_pattern()  # s3's friction Lua chunk, capturing the ground model `gm` and `scale`
+
+
+# -- main socket ---------------------------------------------------------------------------------
+def _system_info(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "GetSystemInfo", "os": {"type": "Linux", "name": "s3 BeamNG stand-in"}, "tech": True}
+
+
+def _paths(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "GetEnvironmentPaths", "home": "/s3-standin/home", "user": "/s3-standin/user/0.39"}
+
+
+def _create(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    level, name, prefab = msg.get("level"), msg.get("name"), msg.get("prefab")
+    if not (isinstance(level, str) and isinstance(name, str) and isinstance(prefab, str)):
+        raise ProtocolError("CreateScenario needs str level, name and prefab")
+    return {"type": "CreateScenario", "result": srv.world.create_scenario(level, name, prefab)}
+
+
+def _load(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    srv.world.load_scenario(msg.get("path"))
+    srv.close_vehicle_sockets()
+    srv.world.spawn()
+    return {"type": "MapLoaded"}
+
+
+def _vehicles(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    v = srv.world.vehicle()
+    info = {"id": 1000, "name": v["name"], "model": v["jBeam"]}
+    return {"type": "GetCurrentVehicles", "result": {v["name"]: info}}
+
+
+def _player(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    v = srv.world.vehicle()
+    return {"type": "getPlayerVehicleID", "id": 1000, "vid": v["name"]}
+
+
+def _vehicle_connection(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    v = srv.world.vehicle()
+    if msg.get("vid") != v["name"]:
+        raise ProtocolError(f"StartVehicleConnection: no vehicle {msg.get('vid')!r} in the scenario")
+    return {"type": "StartVehicleConnection", "vid": v["name"], "result": srv.open_vehicle_socket(v["name"])}
+
+
+def _start(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    srv.world.start_scenario()
+    return {"type": "ScenarioStarted"}
+
+
+def _stop(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    srv.world.stop_scenario()
+    return {"type": "ScenarioStopped"}
+
+
+def _deterministic(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    srv.world.deterministic = True
+    return {"type": "SetPhysicsDeterministic"}
+
+
+def _fps(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    fps = msg.get("fps")
+    if not isinstance(fps, int) or fps <= 0:
+        raise ProtocolError(f"FPSLimit: fps must be a positive int, got {fps!r}")
+    srv.world.set_fps(fps)
+    return {"type": "SetFPSLimit"}
+
+
+def _pause(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    srv.world.paused = True
+    return {"type": "Paused"}
+
+
+def _resume(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    srv.world.paused = False
+    return {"type": "Resumed"}
+
+
+def _step(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any] | None:
+    count = msg.get("count")
+    if not isinstance(count, int) or count < 1:
+        raise ProtocolError(f"Step: count must be a positive int, got {count!r}")
+    srv.world.step(count)
+    return {"type": "Stepped"} if msg.get("ack", True) else None
+
+
+def _teleport(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    v = srv.world.vehicle()
+    if msg.get("vehicle") != v["name"]:
+        raise ProtocolError(f"Teleport: no vehicle {msg.get('vehicle')!r}")
+    if not msg.get("reset", True):
+        raise ProtocolError("Teleport: the stand-in supports only reset=True")
+    pos = msg.get("pos")
+    if not (isinstance(pos, (list, tuple)) and len(pos) == 3):
+        raise ProtocolError("Teleport: pos must be (x, y, z)")
+    srv.world.teleport(float(pos[0]), float(pos[1]), msg.get("rot"))
+    return {"type": "Teleported", "success": True}
+
+
+def _lua(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    chunk = msg.get("chunk")
+    m = FRICTION_RE.fullmatch(chunk) if isinstance(chunk, str) else None
+    if m is None:
+        raise ProtocolError("QueueLuaCommandGE: the stand-in runs only s3's friction template")
+    srv.world.scale_ground_model(m.group("gm"), float(m.group("scale")))
+    srv.lua_log.append(chunk)
+    srv.world.apply_surface()
+    return {"type": "ExecutedLuaChunkGE"}
+
+
+def _quit(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    srv.quit.set()
+    return {"type": "Quit", "_close": True}
+
+
+MAIN: dict[str, Handler] = {
+    "GetSystemInfo": _system_info,
+    "GetEnvironmentPaths": _paths,
+    "CreateScenario": _create,
+    "LoadScenario": _load,
+    "GetCurrentVehicles": _vehicles,
+    "GetPlayerVehicleID": _player,
+    "StartVehicleConnection": _vehicle_connection,
+    "StartScenario": _start,
+    "StopScenario": _stop,
+    "SetPhysicsDeterministic": _deterministic,
+    "FPSLimit": _fps,
+    "Pause": _pause,
+    "Resume": _resume,
+    "Step": _step,
+    "Teleport": _teleport,
+    "QueueLuaCommandGE": _lua,
+    "Quit": _quit,
+}
+
+
+# -- vehicle socket ------------------------------------------------------------------------------
+def _control(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    for key in ("steering", "throttle", "brake", "parkingbrake"):
+        if key in msg:
+            val = msg[key]
+            if not isinstance(val, (int, float)) or not math.isfinite(val):
+                raise ProtocolError(f"Control: {key} must be a finite number, got {val!r}")
+            lo = -1.0 if key == "steering" else 0.0
+            srv.world.control[key] = min(1.0, max(lo, float(val)))
+    return {"type": "Controlled"}
+
+
+def _set_velocity(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    v, dt = msg.get("velocity"), msg.get("dt", 1.0)
+    if not isinstance(v, (int, float)) or not isinstance(dt, (int, float)) or dt <= 0:
+        raise ProtocolError("SetVelocity: velocity and dt > 0 must be numbers")
+    srv.world.ramp_speed(float(v), float(dt))
+    return {"type": "VelocitySet"}
+
+
+def _sensors(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    sensors = msg.get("sensors")
+    if not isinstance(sensors, dict):
+        raise ProtocolError("SensorRequest: sensors must be a map")
+    data: dict[str, Any] = {}
+    for name, req in sensors.items():
+        kind = req.get("type") if isinstance(req, dict) else None
+        if kind == "State":
+            data[name] = {"state": srv.world.state_sensor()}
+        elif kind == "Electrics":
+            data[name] = {"values": srv.world.electrics()}
+        else:
+            raise ProtocolError(f"SensorRequest: the stand-in has no {kind!r} sensor")
+    return {"type": "SensorData", "data": data}
+
+
+def _shift_mode(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "ShiftModeSet"}
+
+
+VEHICLE: dict[str, Handler] = {
+    "Control": _control,
+    "SensorRequest": _sensors,
+    "SetVelocity": _set_velocity,
+    "SetShiftMode": _shift_mode,
+}

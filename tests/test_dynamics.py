@@ -1,7 +1,7 @@
 """Tests of s3.dynamics: the four families, their data, training, checkpoints and metrics.
 
 Everything runs on small synthetic rollouts from the known single-track car
-(s3.dynamics.synthetic), with tiny models and one torch thread.
+(tests/doubles/synthetic_car.py), with tiny models and one torch thread.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Tests of the distilled RL environment (s3.rl.env), its observation, rollouts and track pools.
 
 The car model is a `bicycle` fitted by least squares on synthetic rollouts of the known
-single-track car (s3.dynamics.synthetic); one torch thread, a few cars.
+single-track car (tests/doubles/synthetic_car.py); one torch thread, a few cars.
 """
 
 from __future__ import annotations

@@ -259,7 +259,7 @@ def write_rollouts(df: pd.DataFrame, folder: str | Path, dt: float, episodes_per
         "rows": int(len(df)),
         "episodes": int(len(eps)),
         "shards": shards,
-        "note": json.dumps({"source": "s3.dynamics.synthetic"}),
+        "note": json.dumps({"source": "tests/doubles/synthetic_car.py"}),
     }
     write_manifest(folder, manifest)
     return folder

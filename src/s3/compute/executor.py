@@ -112,8 +112,8 @@ class LocalExecutor:
             if self.policy.retriable(error):  # an unreachable simulator, still so on the last attempt
                 raise type(error)(f"{error} ({job.name}, {attempts} attempts)") from None
             raise error
-        o.error, o.retries = f"{error}", attempts - 1
-        o.causes.append(describe(error))
+        o.error, o.retries = f"{error}", max(o.retries, attempts - 1)  # re-runs after a shared pool broke count too
+        o.causes.append(describe(error))  # the cause of the last attempt
         return o
 
     # ------------------------------------------------------------------ in a process pool

@@ -81,7 +81,7 @@ class PPOTrainer:
         self.alg.train_mode()
         for _ in range(n):
             t0 = time.perf_counter()
-            logs: dict[str, list[float]] = collections.defaultdict(list)
+            logs: dict[str, list[torch.Tensor]] = collections.defaultdict(list)  # kept on the env's device until the iteration ends
             with torch.inference_mode():
                 for _ in range(self.steps_per_env):
                     actions = self.alg.act(obs)
@@ -106,7 +106,7 @@ class PPOTrainer:
             points["Policy/mean_std"] = float(self.actor.output_std.detach().mean())
             points["Perf/total_fps"] = self.steps_per_iteration / max(t_total, 1e-9)
             points["Perf/collection_time"], points["Perf/learning_time"] = t_collect, t_total - t_collect
-            points.update({k: statistics.fmean(v) for k, v in logs.items()})
+            points.update({k: statistics.fmean(torch.cat(v).tolist()) for k, v in logs.items()})  # one host sync per key and iteration
             if self._returns:
                 points["Train/mean_reward"] = statistics.fmean(self._returns)
                 points["Train/mean_episode_length"] = statistics.fmean(self._lengths)
@@ -114,10 +114,10 @@ class PPOTrainer:
             self.iteration += 1
         return curve
 
-    def _book(self, rewards: torch.Tensor, dones: torch.Tensor, log: dict[str, Any], logs: dict[str, list[float]]) -> None:
+    def _book(self, rewards: torch.Tensor, dones: torch.Tensor, log: dict[str, Any], logs: dict[str, list[torch.Tensor]]) -> None:
         """Episode returns and lengths (rsl_rl's bookkeeping), and the env's per-step log values."""
         for key, value in log.items():
-            logs[key if "/" in key else f"Episode/{key}"].append(float(value))
+            logs[key if "/" in key else f"Episode/{key}"].append(torch.as_tensor(value, dtype=torch.float32).reshape(-1))
         self._return += rewards
         self._length += 1
         ended = dones > 0

@@ -4,11 +4,25 @@ Everything here works on a trajectory dict of equal-length arrays (T + 1 rows, r
 with at least the keys t, vx, vy, steering_cmd, throttle_cmd, brake_cmd, s, d, progress — the
 keys shared by source-simulator runs (s3.evaluate.run) and distilled-environment laps
 (s3.rl.rollout), so the transfer gap compares like with like. Optional keys are filled in from
-the track (w_left, w_right), the velocities (speed, sideslip) or `mu` (mu_min).
+the track (w_left, w_right), the velocities (speed, sideslip) or `mu` (mu_min); `yaw_rate` is
+needed for the lateral jerk only (None without it).
 
 Definitions (documented once, used everywhere):
 - off-track: the car centre more than `tolerance` metres beyond a road edge; an off-track
   *event* is one entry into that state (a run that starts off track counts one).
+- time off track: the control periods whose end state is off track, times dt (row 0, the start
+  state, ends no period), i.e. the right-endpoint sum of the off-track indicator over the run.
+- lap share: `completion_fraction`, net progress over the lap length clipped to [0, 1].
+- edge margin: the distance from the car centre to the nearer road edge, min(w_left - d,
+  w_right + d) (m; negative = that far beyond an edge, where it equals -beyond_edge);
+  `min_edge_margin_m` is its smallest value over all rows of the run, the start included.
+- lateral jerk: the body-frame lateral acceleration a_y = d(vy)/dt + vx * yaw_rate (the
+  rigid-body term plus the rate of sideslip velocity, so a car sliding out counts), taken at
+  the midpoint of each control period: a_y[k + 1/2] = (vy[k+1] - vy[k]) / dt + the mean of
+  vx * yaw_rate at k and k+1; its first difference over dt is the jerk (m/s^3) at the interior
+  rows, and `mean_abs_lateral_jerk` is the mean of |jerk| (None below 3 rows or without
+  yaw_rate). Steady cornering (constant speed, radius and sideslip) gives 0; a yaw-rate step
+  of r at speed v gives a total |jerk| * dt of v * r, spread over the two interior rows around it.
 - steering rate / jerk: first / second finite difference of the steering command (normalised,
   [-1, 1]) over the control period, per s / per s^2; the mean of their absolute values.
 - throttle/brake switches: changes between "throttle" (throttle > eps, throttle >= brake) and
@@ -41,6 +55,21 @@ def beyond_edge(d: np.ndarray, w_left: np.ndarray, w_right: np.ndarray) -> np.nd
     """How far the car centre is outside the road (m; <= 0 on the road)."""
     d = np.asarray(d, dtype=float)
     return np.where(d >= 0, d - np.asarray(w_left, dtype=float), -d - np.asarray(w_right, dtype=float))
+
+
+def edge_margin(d: np.ndarray, w_left: np.ndarray, w_right: np.ndarray) -> np.ndarray:
+    """Distance (m) from the car centre to the nearer road edge; negative beyond an edge."""
+    d = np.asarray(d, dtype=float)
+    return np.minimum(np.asarray(w_left, dtype=float) - d, np.asarray(w_right, dtype=float) + d)
+
+
+def lateral_jerk(vx: np.ndarray, vy: np.ndarray, yaw_rate: np.ndarray, dt: float) -> np.ndarray:
+    """Lateral jerk (m/s^3) at the interior rows: the first difference over dt of the body-frame
+    lateral acceleration d(vy)/dt + vx * yaw_rate taken at the control-period midpoints."""
+    vx, vy, r = (np.asarray(a, dtype=float) for a in (vx, vy, yaw_rate))
+    centripetal = vx * r
+    a_y = np.diff(vy) / dt + 0.5 * (centripetal[1:] + centripetal[:-1])
+    return np.diff(a_y) / dt
 
 
 def off_track_events(beyond: np.ndarray, tolerance: float = 0.0) -> int:
@@ -169,6 +198,8 @@ def run_metrics(
         "mean_abs_steering_jerk": jerk,
         "pedal_switches": pedal_switches(tj["throttle_cmd"][1:], tj["brake_cmd"][1:]),
         "max_abs_sideslip_rad": float(np.abs(tj["sideslip"]).max()),
+        "mean_abs_lateral_jerk": float(np.abs(lateral_jerk(tj["vx"], tj["vy"], tj["yaw_rate"], dt)).mean()) if "yaw_rate" in tj and len(t) >= 3 else None,
+        "min_edge_margin_m": float(edge_margin(tj["d"], tj["w_left"], tj["w_right"]).min()),
         "patches": [{"label": label, **patch_crossing(tj, p, track.length, off, completed)} for label, p in patches],
     }
     return out
@@ -192,7 +223,7 @@ def mean_ci(values: Iterable[float | None], confidence: float = 0.95) -> dict[st
 RUN_SCALARS = (
     "lap_time_s", "distance_m", "completion_fraction", "mean_speed_mps", "off_track_events", "time_off_track_s",
     "mean_abs_lateral_error_m", "max_abs_lateral_error_m", "mean_abs_steering_rate", "mean_abs_steering_jerk",
-    "pedal_switches", "max_abs_sideslip_rad",
+    "pedal_switches", "max_abs_sideslip_rad", "mean_abs_lateral_jerk", "min_edge_margin_m",
 )  # fmt: skip
 
 

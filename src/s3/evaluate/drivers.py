@@ -10,8 +10,9 @@ state). It returns one `Control` per control period.
 
 `PidDriver` is the classical baseline: pure-pursuit steering on the centerline plus a PID speed
 loop tracking a curvature-limited speed profile with braking zones (optionally lowered on the
-map's known friction patches), with wheel-slip control (traction control / ABS, s3.sim.aids) of
-its own unless the car it drives already has it. It has no noise and no randomness. Its gains
+map's known friction patches, or planned for one assumed friction everywhere: `cautious`), with
+wheel-slip control (traction control / ABS, s3.sim.aids) of its own unless the car it drives
+already has it. It has no noise and no randomness. Its gains
 were tuned on procedural tracks only (s3.evaluate.tune_pid): the road course is held out.
 """
 
@@ -130,6 +131,8 @@ class PidDriver:
     def _profile(self, track: Track) -> np.ndarray:
         n = max(8, int(round(track.length / PROFILE_DS)))
         s = np.arange(n) * (track.length / n)
+        if self.p.assume_mu is not None:  # one assumed friction everywhere (the `cautious` baseline): the map's ice is ignored
+            return speed_profile(track, self.p, s, np.full(n, self.p.assume_mu))
         mu = np.full(n, track.base_mu)
         if self.p.knows_ice and track.patches:
             for d in np.linspace(-self.p.ice_margin, self.p.ice_margin, 5):
@@ -174,6 +177,14 @@ class PidDriver:
         brake = min(-u * p.brake_gain, 1.0) if u < -p.pedal_deadband else 0.0
         throttle, brake = self._slip(state, throttle, brake)  # on the pedal travel, as the car's own aids act
         return Control(steering, throttle, brake)
+
+
+def cautious(params: PidParams | None = None, mu: float = 0.2) -> PidParams:
+    """`params` (default PidParams()) made the `pid_cautious` baseline: blind to the map's ice
+    (knows_ice False) and planning its speed profile for friction `mu` everywhere, i.e. with its
+    cornering, braking and drive accelerations at `mu` times their dry values (0.2: the middle
+    of the training distribution's ice, patch_mu 0.1-0.3 in s3.tracks.generate)."""
+    return PidParams.model_validate({**(params or PidParams()).model_dump(), "knows_ice": False, "assume_mu": mu})
 
 
 class PidFactory:

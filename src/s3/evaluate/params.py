@@ -43,6 +43,7 @@ class PidParams(_Section):
     pedal_deadband: float = Field(0.03, ge=0.0, le=0.5, description="|u| below this coasts (no throttle/brake chatter)")
     knows_ice: bool = Field(True, description="the speed profile slows for known friction patches (the map's mu)")
     ice_margin: float = Field(2.5, ge=0.0, le=10.0, description="lateral half band (m) around the centerline scanned for patches")
+    assume_mu: float | None = Field(None, gt=0.0, le=1.0, description="if set: the profile's friction everywhere (accelerations times it; map ice ignored)")
     traction_control: bool = Field(True, description="its own traction control and ABS (s3.sim.aids), when the car has none")
     slip_limit: float = Field(0.12, gt=0.0, le=1.0, description="allowed longitudinal wheel slip ratio")
 

@@ -61,7 +61,7 @@ def _max_sideslip(sim, throttle: float) -> tuple[float, float]:
 
 def test_traction_control_stops_the_power_on_spin_on_ice() -> None:
     """The bare car spins under half throttle on ice (mu 0.15); with traction control it holds its line."""
-    bare = make_sim(SimParams())
+    bare = make_sim(SimParams(), DriverAidsParams())
     aided = make_sim(SimParams(), BOTH)
     assert isinstance(aided, WithDriverAids) and not isinstance(bare, WithDriverAids)
     assert aided.wheelbase == bare.wheelbase and aided.control_dt == bare.control_dt
@@ -76,14 +76,14 @@ def test_pid_own_slip_control_equals_the_cars_aids() -> None:
     """The pid keeps its slip control on a bare car and yields it to an aided car: the same laps."""
     track = open_surface(0.15)
     runs = []
-    for aids in (None, BOTH):
+    for aids in (DriverAidsParams(), BOTH):
         sim = make_sim(SimParams(), aids)
         driver = PidDriver.for_sim(sim)
-        assert driver.p.traction_control is (aids is None)
+        assert driver.p.traction_control is (aids is not BOTH)
         runs.append(run_lap(sim, track, driver, 0.0, start_speed=3.0, max_seconds=12.0))
     a, b = (r.trajectory for r in runs)
     assert np.array_equal(a["x"], b["x"]) and np.array_equal(a["vx"], b["vx"])
-    bare = make_sim(SimParams())
+    bare = make_sim(SimParams(), DriverAidsParams())
     off = run_lap(bare, track, PidDriver.for_sim(bare, PidParams(traction_control=False)), 0.0, start_speed=3.0, max_seconds=12.0)
     assert not np.array_equal(off.trajectory["vx"], a["vx"])  # the aid was at work in those 12 s
 

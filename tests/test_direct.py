@@ -113,7 +113,7 @@ def test_tiny_train_direct_writes_a_policy_the_evaluator_drives(tmp_path, monkey
     from s3.sim.factory import make_sim
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    params = Params.model_validate({"train": TINY, "evaluate": {"driver_aids": {"traction_control": True, "abs": True}}})  # the aided car, in the workers
+    params = Params.model_validate({"train": TINY})  # the one car (driver aids on by default), in the workers
     summary = train_direct(params, tmp_path / "policies", tmp_path / "plots", tmp_path / "metrics" / "train", budget_s=15.0)
     assert summary["mlflow_run_id"] is None and not (tmp_path / "mlflow.db").exists()  # MLflow is off inside pytest: no run, no database
     saved = json.loads((tmp_path / "metrics" / "train" / "direct.json").read_text())

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from s3.config import Params
 from s3.evaluate.drivers import Driver, PidDriver, TrackState, pid_factory
-from s3.evaluate.evaluate import evaluate_driver, start_perturbation, transfer_gap
+from s3.evaluate.evaluate import evaluate_driver, transfer_gap
 from s3.evaluate.metrics import aggregate, mean_ci, off_track_events, pedal_switches, run_metrics, steering_smoothness
 from s3.evaluate.params import EvaluateParams
 from s3.evaluate.run import run_lap
@@ -217,41 +217,46 @@ def test_params_reject_unknown_keys_and_bad_starts() -> None:
         EvaluateParams(bogus=1)  # type: ignore[call-arg]
     with pytest.raises(ValidationError):
         EvaluateParams(start_fractions=[1.2])
-    ep = EvaluateParams()
-    assert start_perturbation(1, 0, ep) == start_perturbation(1, 0, ep) != start_perturbation(2, 0, ep)
-    d, h, v = start_perturbation(3, 1, ep)
-    assert abs(d) <= ep.perturb_lateral and abs(h) <= ep.perturb_heading and abs(v - ep.start_speed) <= ep.perturb_speed
+    with pytest.raises(ValidationError, match="neither a built-in circuit"):
+        EvaluateParams(tracks=["road_course", "nowhere"])
+    with pytest.raises(ValidationError, match="distinct"):
+        EvaluateParams(tracks=["street", "street"])
+    assert EvaluateParams().tracks == ["road_course", "street", "flowing"]
 
 
-# ---------------------------------------------------------------------- end to end: pid on the road course
+# ---------------------------------------------------------------------- end to end: pid on the evaluation suite
 @pytest.fixture(scope="module")
 def pid_eval(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     tmp = tmp_path_factory.mktemp("eval")
-    ep = EvaluateParams(start_fractions=[0.0], seeds=[0], gif_frame_seconds=4.0, driver_aids={"traction_control": True, "abs": True})
+    ep = EvaluateParams(tracks=["road_course", "short"], start_fractions=[0.0, 0.5], gif=True, gif_frame_seconds=4.0)
     out = evaluate_driver("pid", pid_factory(ep.pid), Params(), tmp / "metrics" / "pid.json", tmp / "plots", ep)
     return tmp, out
 
 
-def test_pid_completes_the_nominal_road_course(pid_eval: tuple[Path, dict]) -> None:
+def test_pid_completes_the_nominal_circuits(pid_eval: tuple[Path, dict]) -> None:
     tmp, out = pid_eval
-    nominal = out["conditions"]["nominal"]["runs"][0]
-    assert nominal["completed"], nominal["reason"]
-    assert 100.0 < nominal["lap_time_s"] < 200.0  # ~2.8 km at a realistic road-car pace
-    assert nominal["off_track_events"] == 0
-    print(f"\npid nominal lap {nominal['lap_time_s']:.1f} s, mean speed {nominal['mean_speed_mps']:.1f} m/s")
-    ice = out["conditions"]["ice"]
-    print(f"pid ice completion {ice['aggregate']['completion_rate']['mean']}, "
-          f"lap {ice['runs'][0]['lap_time_s']}, reason {ice['runs'][0]['reason']}, "
-          f"patch crossing rate {ice['aggregate']['patch_crossing_rate']['mean']}")  # fmt: skip
-    assert len(ice["runs"][0]["patches"]) == 7
+    runs = out["runs"]
+    assert len(runs) == 2 * 2 * 2 and {r["seed"] for r in runs} == {0} and not out["lost"]  # circuits x conditions x starts, one "seed"
+    nominal = [r for r in runs if r["track"] == "road_course" and r["condition"] == "nominal"]
+    assert all(r["completed"] for r in nominal), [r["reason"] for r in nominal]
+    assert all(100.0 < r["lap_time_s"] < 200.0 for r in nominal)  # ~2.8 km at a realistic road-car pace
+    assert all(r["off_track_events"] == 0 and r["min_edge_margin_m"] > 0 for r in nominal)
+    ice = [r for r in runs if r["track"] == "road_course" and r["condition"] == "ice"]
+    assert all(r["patches_attempted"] >= 5 for r in ice)  # 7 patches, minus those past the end of a lap from the second start
     written = json.loads((tmp / "metrics" / "pid.json").read_text())
-    assert written["summary"]["nominal"]["completion_rate"] == 1.0
-    assert written["simulator"]["driver_aids"]["traction_control"] is True  # the car's aids, recorded
+    suite = written["summary"]["suite"]["nominal"]
+    assert suite["completion_rate"]["estimate"] == 1.0 and suite["runs"] == 4 and suite["seeds"] == 1
+    assert suite["completion_rate"]["n_units"] == 4 and suite["lap_time_s"]["n_units"] == 4
+    lap_times = [r["lap_time_s"] for r in runs if r["condition"] == "nominal"]
+    assert suite["lap_time_s"]["estimate"] == pytest.approx(sum(lap_times) / 4)  # one seed: the mean of its runs
+    assert written["by_seed"]["0"]["nominal"]["completed"] == 4 and written["by_seed"]["0"]["nominal"]["wilson95"][1] == 1.0
+    assert written["suite"]["short"]["corners"] > 0 and written["suite"]["road_course"]["length_m"] > 2700
+    assert written["simulator"]["driver_aids"]["traction_control"] is True  # the one car's aids, recorded
     for p in out["plots"]:
         assert Path(p).stat().st_size > 1000
-    assert {Path(p).name for p in out["plots"]} >= {"pid_nominal_track.png", "pid_ice_traces.png", "pid_nominal_lap.gif"}
-    gap = transfer_gap(out["conditions"]["nominal"]["aggregate"], out["conditions"]["nominal"]["aggregate"])
-    assert gap["lap_time_s"]["gap"] == 0.0
+    assert {Path(p).name for p in out["plots"]} >= {"pid_road_course_track.png", "pid_short_ice_traces.png", "pid_road_course_lap.gif"}
+    gap = transfer_gap(out["summary"]["suite"]["nominal"], out["summary"]["suite"]["nominal"])
+    assert gap["lap_time_s"]["gap"] == 0.0 and gap["lap_share"]["gap"] == 0.0
 
 
 def test_source_runs_are_deterministic() -> None:

@@ -17,7 +17,7 @@ from s3.rl.params import EnvParams
 from s3.rl.tracks import validation_tracks
 from s3.task.layout import obs_layout
 
-AIDED = {"evaluate": {"driver_aids": {"traction_control": True, "abs": True}}}
+AIDED = {"sim": {"driver_aids": {"traction_control": True, "abs": True}}}
 
 
 def test_holdout_tracks_are_not_the_training_validation_tracks() -> None:

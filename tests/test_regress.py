@@ -17,10 +17,14 @@ from s3.platform.regress import RegressParams, compare, record, run_check
 BIN = Path(sys.executable).parent
 
 
-def _eval(rate: float, lap: float | None, cond: str = "nominal") -> dict:
-    """The shape `s3 evaluate` writes to metrics/eval/<family>.json (the judged part)."""
-    summary = {"completion_rate": rate, "completed": round(rate * 10), "runs": 10, "lap_time_s": {"mean": lap, "ci95": None, "n": 10}}
-    return {"summary": {cond: summary}, "nominal": {"runs": [{"completed": True}]}}
+def _eval(rate: float, lap: float | None, cond: str = "nominal", share: float | None = None) -> dict:
+    """The shape `s3 evaluate` writes to metrics/eval/<family>.json (the judged part: s3.evaluate.suite blocks)."""
+
+    def iv(x: float | None) -> dict:
+        return {"estimate": x, "ci95": None if x is None else [x, x], "n_seeds": 3, "n_units": 12}
+
+    block = {"completion_rate": iv(rate), "lap_share": iv(rate if share is None else share), "lap_time_s": iv(lap), "completed": round(rate * 12), "runs": 12}
+    return {"summary": {"suite": {cond: block}, "road_course": {cond: block}}}
 
 
 def _distill_metrics(fde: float = 0.2, rmse: float = 0.1, div: float | None = 0.0) -> dict:
@@ -55,7 +59,9 @@ def test_equal_metrics_pass_and_degraded_fail(ws: Path) -> None:
     tracked = json.loads(base.read_text())["metrics"]
     assert "rollout.all.fde_1s" in tracked["metrics/distill/ddm.json"]
     assert "throughput_steps_per_s.1" not in tracked["metrics/distill/ddm.json"]  # speed is not judged
-    assert set(tracked["metrics/eval/ddm.json"]) == {"summary.nominal.completion_rate", "summary.nominal.lap_time_s.mean"}
+    assert set(tracked["metrics/eval/ddm.json"]) == {
+        f"summary.{where}.nominal.{key}.estimate" for where in ("suite", "road_course") for key in ("completion_rate", "lap_share", "lap_time_s")
+    }
 
     ok, text = run_check(ws, p)
     assert ok and "no regression" in text
@@ -77,6 +83,7 @@ def test_equal_metrics_pass_and_degraded_fail(ws: Path) -> None:
         (_eval(1.0, 130.0), False),  # lap time +8 %
         (_eval(0.0, None), False),  # no lap any more
         (_eval(1.0, 120.0, cond="ice"), False),  # the nominal condition disappeared
+        (_eval(0.0, None, share=0.2), False),  # drives less far: the lap share regresses too
     ],
 )
 def test_policy_quality_tolerances(ws: Path, evalm: dict, ok: bool) -> None:

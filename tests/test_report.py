@@ -33,21 +33,27 @@ def _distill(ade2: float, wall: float) -> dict[str, Any]:
     return {"dt": 0.1, "rollout": {"all": split, "ice": {k: 2 * v for k, v in split.items()}}, "error_vs_horizon": curve, "total_wall_s": wall}
 
 
-def _ci(mean: float | None, half: float = 1.0) -> dict[str, Any]:
-    return {"mean": mean, "ci95": None if mean is None else [mean - half, mean + half], "n": 4}
+def _runs(rate: float, cond: str, lap: float | None, seeds: int = 3, starts: int = 4) -> list[dict[str, Any]]:
+    """Per seed, round(rate * starts) completed runs of `starts` (lap time `lap`), the rest half a lap."""
+    rows = []
+    for seed in range(seeds):
+        for i in range(starts):
+            done = i < round(rate * starts)
+            rows.append({"seed": seed, "track": "road_course", "condition": cond, "start_index": i, "completed": done,
+                         "completion_fraction": 1.0 if done else 0.5, "lap_time_s": lap if done else None,
+                         "mean_abs_steering_rate": 0.05, "mean_abs_steering_jerk": 0.5, "mean_abs_lateral_jerk": 1.0, "pedal_switches": 12.0,
+                         "time_off_track_s": 0.0, "min_edge_margin_m": 1.0, "patch_crossing_rate": 0.5 if cond == "ice" else None})  # fmt: skip
+    return rows
 
 
 def _eval(nominal: float, ice: float, lap: float | None = 100.0, gap: bool = True) -> dict[str, Any]:
-    def cond(rate: float, patches: bool) -> dict[str, Any]:
-        s = {"completion_rate": rate, "completed": int(4 * rate), "runs": 4, "lap_time_s": _ci(lap if rate > 0 else None),
-             "mean_abs_steering_rate": _ci(0.05), "mean_abs_steering_jerk": _ci(0.5), "pedal_switches": _ci(12.0)}  # fmt: skip
-        if patches:
-            s["patch_crossing_rate"] = _ci(0.5)
-        return s
+    from s3.evaluate.suite import summarise
 
-    out = {"simulator": {"control_dt": 0.1}, "summary": {"nominal": cond(nominal, False), "ice": cond(ice, True)}}
+    runs = _runs(nominal, "nominal", lap) + _runs(ice, "ice", lap)
+    out = {"simulator": {"control_dt": 0.1}, "runs": runs, "summary": summarise(runs, ["road_course"], ["nominal", "ice"])}
     if gap:
         g = {"completion_rate": {"source": nominal, "distilled": 1.0, "gap": nominal - 1.0},
+             "lap_share": {"source": 1.0, "distilled": 1.0, "gap": 0.0},
              "lap_time_s": {"source": lap, "distilled": 90.0, "gap": None if lap is None else lap - 90.0}}  # fmt: skip
         out["transfer_gap"] = {"nominal": g, "ice": g}
     return out
@@ -85,7 +91,11 @@ def test_table_joins_accuracy_and_quality(ws: Path) -> None:
     ddm = rep["rows"]["ddm"]
     assert ddm["prediction"]["ade_2s_all"] == 0.2 and ddm["prediction"]["ade_1s_ice"] == 0.2 and ddm["prediction"]["ade_2s_ice"] == 0.4
     assert ddm["policy"]["nominal"]["completion_rate"] == 1.0 and ddm["policy"]["ice"]["patch_crossing_rate"] == 0.5
-    assert ddm["transfer_gap"]["nominal"] == {"completion_rate": 0.0, "lap_time_s": 10.0, "mean_speed_mps": None}
+    assert ddm["transfer_gap"]["nominal"] == {"completion_rate": 0.0, "lap_share": 0.0, "lap_time_s": 10.0}
+    nominal = ddm["policy"]["nominal"]
+    assert nominal["seeds"] == 3 and nominal["runs"] == 12 and nominal["lap_time_n"] == 12 and nominal["completion_ci95"] == [1.0, 1.0]
+    bicycle = rep["rows"]["bicycle"]["policy"]["nominal"]  # 1 of 4 laps per seed: 0.25 with a zero-width seed interval, lap share 0.625
+    assert bicycle["completion_rate"] == 0.25 and bicycle["lap_share"] == 0.625 and bicycle["lap_time_n"] == 3
     assert rep["rows"]["oracle"]["prediction_from"] == "dytr"  # the oracle drives dytr's model
     assert rep["rows"]["oracle"]["prediction"]["ade_2s_all"] == 0.3
     assert rep["rows"]["pid"]["prediction"]["ade_2s_all"] is None
@@ -93,11 +103,12 @@ def test_table_joins_accuracy_and_quality(ws: Path) -> None:
     rows = {r[0]: r for r in main_rows(rep)}
     assert rows["ddm"][1:5] == ["0.10", "0.20", "0.20", "0.40"]
     assert rows["ddm"][5:7] == [DASH, DASH]  # no manoeuvre probes in these evals
-    assert rows["ddm"][7:11] == ["100%", "100%", "100.0 ± 1.0", "100.0 ± 1.0"]
-    assert rows["ddm"][14] == "+0% / +10.0 s" and rows["ddm"][16] == "1.0"
-    assert rows["pid"][1] == DASH and rows["pid"][14] == DASH and rows["pid"][16] == DASH
+    assert rows["ddm"][7:13] == ["100 [100, 100] (n=3/12)", "100 [100, 100] (n=3/12)", "100 [100, 100]", "100 [100, 100]", "100.0 [100.0, 100.0] (n=12)",
+                                 "100.0 [100.0, 100.0] (n=12)"]  # fmt: skip
+    assert rows["ddm"][16] == "+0% / +10.0 s" and rows["ddm"][18] == "1.0"
+    assert rows["pid"][1] == DASH and rows["pid"][16] == DASH and rows["pid"][18] == DASH
     assert "oracle (dytr model)" in rows
-    assert rows["bicycle"][9] == "100.0 ± 1.0"
+    assert rows["bicycle"][7] == "25 [0, 50] (n=3/12)" and rows["bicycle"][11] == "100.0 [100.0, 100.0] (n=3)"
     table = report_table(rep)
     assert table.row_count == 7 and len(table.columns) == len(MAIN_COLUMNS)
 

@@ -185,18 +185,26 @@ def train(
 
 @app.command()
 def evaluate(
-    family: Annotated[str, typer.Option(help="a trained policy (a family, oracle, direct), a baseline (pid, pid_blind), or all")] = "all",
+    family: Annotated[str, typer.Option(help="a trained policy (a family, oracle, direct), a baseline (pid, pid_blind, pid_cautious), or all")] = "all",
+    track: Annotated[
+        list[str] | None,
+        typer.Option(help="a circuit instead of evaluate.tracks, repeatable: a built-in name or a racing CSV (x_m,y_m,w_tr_right_m,w_tr_left_m)"),
+    ] = None,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
 ) -> None:
-    """Drive policies (and baselines) in the source simulator on the held-out road course."""
-    from s3.evaluate.evaluate import BASELINES, evaluate_baseline, evaluate_driver
-    from s3.evaluate.policy_driver import policy_factory
+    """Drive every seed of the policies (and the baselines) in the source simulator on the evaluation suite."""
+    from s3.evaluate.evaluate import BASELINES, evaluate_baseline
     from s3.evaluate.policy_eval import evaluate_policy
 
     p = _params(params, set_)
-    ep = p.evaluate
     with _one_line_errors():
+        if track:
+            for spec in track:
+                if spec.endswith(".csv") and not Path(spec).exists():
+                    raise ParamsError(f"--track {spec}: no such file")
+            p = p.model_copy(update={"evaluate": p.evaluate.model_validate({**p.evaluate.model_dump(), "tracks": list(track)})})
+        ep = p.evaluate
         known = [*p.policies(), *BASELINES]
         names = _pick(family, known, known, f"{POLICIES_KEY}; the baselines")
         results = {}
@@ -212,10 +220,8 @@ def evaluate(
                     console.print(f"evaluate: skipping {name} ({folder} has no policy)")
                     continue
                 raise ParamsError(f"{folder}: no policy; run `s3 train --family {name}` first")
-            if name == "direct":  # trained in the source simulator: no distilled env to compare with
-                results[name] = evaluate_driver(name, policy_factory(folder), p, out, plots)
-            else:
-                results[name] = evaluate_policy(name, folder, p, out, plots, MODELS_DIR)
+            # direct was trained in the source simulator: no distilled env to compare with
+            results[name] = evaluate_policy(name, folder, p, out, plots, MODELS_DIR, distilled=name != "direct")
             log_evaluate(p, name, results[name])
     _table_console().print(_evaluation_table(results))
 
@@ -319,21 +325,20 @@ def _holdout_table(result: dict) -> object:
 def _evaluation_table(results: dict[str, dict]) -> object:
     from rich.table import Table
 
-    def ci(m: dict, digits: int = 1) -> str:
-        if m.get("mean") is None:
+    def ci(m: dict, digits: int = 2) -> str:
+        if m.get("estimate") is None:
             return "-"
-        half = 0.0 if m.get("ci95") is None else (m["ci95"][1] - m["ci95"][0]) / 2
-        return f"{m['mean']:.{digits}f} ± {half:.{digits}f}"
+        lo_hi = "" if m.get("ci95") is None else f" [{m['ci95'][0]:.{digits}f}, {m['ci95'][1]:.{digits}f}]"
+        return f"{m['estimate']:.{digits}f}{lo_hi}"
 
-    table = Table(title="evaluate: the held-out road course in the source simulator (mean ± 95 % CI)")
-    for col in ("driver", "condition", "completed", "lap time (s)", "off-track events", "mean |lateral| (m)"):
-        table.add_column(col, justify="left" if col in ("driver", "condition") else "right")
+    table = Table(title="evaluate: the evaluation suite in the source simulator (mean over seeds [95 % two-level bootstrap])")
+    for col in ("driver", "circuit", "condition", "seeds", "laps", "completion", "lap share", "lap time (s)"):
+        table.add_column(col, justify="left" if col in ("driver", "circuit", "condition") else "right")
     for name, res in results.items():
-        for cond, agg in res["summary"].items():
-            table.add_row(
-                name, cond, f"{agg['completed']}/{agg['runs']}", ci(agg["lap_time_s"]),
-                ci(agg["off_track_events"]), ci(agg["mean_abs_lateral_error_m"], 2),
-            )  # fmt: skip
+        for circuit, conds in res["summary"].items():
+            for cond, b in conds.items():
+                table.add_row(name, circuit, cond, str(b["seeds"]), f"{b['completed']}/{b['runs']}", ci(b["completion_rate"]), ci(b["lap_share"]),
+                              ci(b["lap_time_s"], 1))  # fmt: skip
     return table
 
 

@@ -19,6 +19,7 @@ from s3.dynamics.registry import FAMILIES
 from s3.evaluate.params import EvaluateParams
 from s3.platform.regress import RegressParams
 from s3.rl.params import TrainParams
+from s3.sim.aids import DriverAidsParams
 from s3.sim.beamng_params import BeamngParams
 from s3.sim.params import MujocoCarParams
 
@@ -28,7 +29,7 @@ class ParamsError(ValueError):
 
 
 class SimParams(BaseModel):
-    """Which source simulator, and its control period."""
+    """Which source simulator, its control period, and the car's driver aids (the same car for every stage)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -36,6 +37,11 @@ class SimParams(BaseModel):
     control_dt: float = Field(0.1, gt=0.0, le=1.0, description="control period (s)")
     mujoco: MujocoCarParams = MujocoCarParams()
     beamng: BeamngParams = BeamngParams()
+    driver_aids: DriverAidsParams = Field(
+        default_factory=lambda: DriverAidsParams(traction_control=True, abs=True),
+        description="traction control / ABS of the one car everything drives: collection, probes, direct, evaluation (s3.sim.aids); "
+        "both off = the bare car (an ablation)",
+    )
 
     @model_validator(mode="after")
     def _whole_physics_steps(self) -> SimParams:

@@ -174,7 +174,7 @@ def pid_laps() -> dict[str, dict]:
     for cond in ("nominal", "ice"):
         track = road_course(cond)
         for frac in (0.0, 0.5):
-            sim = make_sim(SimParams(), ep.driver_aids)
+            sim = make_sim(SimParams())  # the one car: driver aids on
             try:
                 r = run_lap(sim, track, PidDriver.for_sim(sim), start_s=frac * track.length, start_speed=5.0, max_seconds=ep.max_lap_seconds, judge=ep.judge)
             finally:

@@ -1,6 +1,6 @@
 """s3.evaluate: drivers back in the SOURCE simulator on the held-out road course.
 
-Every driver meets the same car there: `evaluate.driver_aids` (s3.sim.aids, traction control / ABS).
+Every driver meets the same car there: `sim.driver_aids` (s3.sim.aids, traction control / ABS).
 
     params.py        EvaluateParams (the `evaluate:` section), PidParams
     drivers.py       Driver protocol, TrackState, PidDriver (pure pursuit + PID), PidFactory

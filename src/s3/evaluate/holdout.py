@@ -2,7 +2,7 @@
 
 The road course is held out from every choice, so a choice (a reward weight, a training recipe,
 the driver aids) needs other ground to stand on. This is it: each driver in the source
-simulator, in the car evaluation uses (`evaluate.driver_aids`), on procedural tracks that no
+simulator, in the one car (`sim.driver_aids`), on procedural tracks that no
 training or validation has used. Those are 8 tracks from the held-out generator with seed 7
 (training validates on seed `train.seed`). Each track is run from 2 evenly spaced starts at
 5 m/s, and a run ends at the lap, a failure, or after the lap length at
@@ -67,8 +67,8 @@ def holdout(
     tracks = holdout_tracks(surface, n_tracks, seed)
     ti, s = start_grid(tracks, starts)
     limit = np.array([tracks[i].length for i in ti]) / params.train.validation_min_speed
-    aids = params.evaluate.driver_aids
-    sim = make_sim(params.sim, aids)
+    aids = params.sim.driver_aids
+    sim = make_sim(params.sim)
     try:
         driver = PidDriver.for_sim(sim, params.evaluate.pid)
         pid_runs = [run_lap(sim, tracks[i], driver, float(si), start_speed=START_SPEED, max_seconds=float(lim)) for i, si, lim in zip(ti, s, limit)]

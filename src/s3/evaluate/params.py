@@ -1,9 +1,9 @@
 """Parameters of the evaluate stage (the `evaluate:` section of params.yaml).
 
-Evaluation drives each driver back in the source simulator on the held-out road course, in both
-conditions, from several start positions and seeds. The simulator is deterministic, so a seed
-means a small perturbation of the start (lateral offset, heading, speed): it turns the repeated
-laps into samples whose spread makes a confidence interval meaningful.
+Evaluation drives each driver (every training seed of a policy) back in the source simulator on
+the evaluation suite: held-out circuits (built-in or racing CSVs, s3.tracks.evaluation_circuits),
+each nominal and with ice, from starts spread around the lap. The car and policy are
+deterministic, so the starts are not perturbed: the variation that matters is the seeds'.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from s3.sim.aids import DriverAidsParams
 from s3.task.rules import JudgeParams
 
 
@@ -51,27 +50,27 @@ class PidParams(_Section):
 class EvaluateParams(_Section):
     """Where, how often and how strictly drivers are evaluated in the source simulator."""
 
+    tracks: list[str] = Field(
+        default_factory=lambda: ["road_course", "street", "flowing"],
+        description="the evaluation suite: built-in circuits (road_course, street, flowing, short) or paths to racing CSVs "
+        "(x_m, y_m, w_tr_right_m, w_tr_left_m; ice from a <name>.ice.csv sidecar or placed by the documented rule)",
+    )
     conditions: list[Literal["nominal", "ice"]] = Field(default_factory=lambda: ["nominal", "ice"])
     start_fractions: list[float] = Field(
         default_factory=lambda: [0.0, 0.25, 0.5, 0.75],
         description="start positions as fractions of the lap length (arc length from the start line)",
     )
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], description="one start perturbation per seed")
-    start_speed: float = Field(5.0, ge=0.0, le=40.0, description="nominal initial forward speed (m/s)")
-    perturb_lateral: float = Field(0.5, ge=0.0, le=3.0, description="uniform +- initial lateral offset (m)")
-    perturb_heading: float = Field(0.05, ge=0.0, le=0.5, description="uniform +- initial heading error (rad)")
-    perturb_speed: float = Field(1.0, ge=0.0, le=10.0, description="uniform +- initial speed (m/s)")
+    start_speed: float = Field(5.0, ge=0.0, le=40.0, description="initial forward speed (m/s), on the centerline along the road")
     workers: int = Field(0, ge=0, le=256, description="runs at once, one simulator process each; 0 = one per core (BeamNG: always 1)")
-    max_lap_seconds: float = Field(400.0, gt=1.0, le=7200.0, description="a lap not finished by then is a time-out")
+    max_lap_seconds: float = Field(600.0, gt=1.0, le=7200.0, description="a lap not finished by then is a time-out")
     off_track_tolerance: float = Field(0.0, ge=-3.0, le=10.0, description="car centre this far beyond the road edge (m) still counts as on track")
     judge: JudgeParams = Field(default_factory=JudgeParams, description="when a run ends, in the source and inside a distilled model alike (s3.task.rules)")
     out_dir: str = "metrics/eval"
     plot_dir: str = "plots/eval"
-    gif: bool = Field(True, description="write a top-down animation of one lap")
+    gif: bool = Field(False, description="write a top-down animation of one lap (slow: off by default)")
     gif_frame_seconds: float = Field(2.0, gt=0.0, le=10.0, description="simulated seconds between GIF frames")
     gif_fps: int = Field(12, ge=1, le=60)
     pid: PidParams = PidParams()
-    driver_aids: DriverAidsParams = Field(default_factory=DriverAidsParams, description="traction control / ABS of the car every driver is evaluated in")
 
     @model_validator(mode="after")
     def _check(self) -> EvaluateParams:
@@ -81,8 +80,13 @@ class EvaluateParams(_Section):
             raise ValueError("conditions must not repeat")
         if not self.start_fractions or any(not 0.0 <= f < 1.0 for f in self.start_fractions):
             raise ValueError("start_fractions needs 1+ values in [0, 1)")
-        if not self.seeds or any(s < 0 for s in self.seeds) or len(set(self.seeds)) != len(self.seeds):
-            raise ValueError("seeds needs 1+ distinct non-negative integers")
+        if not self.tracks or len(set(self.tracks)) != len(self.tracks):
+            raise ValueError("tracks needs 1+ distinct circuits")
+        from s3.tracks.evaluation_circuits import BUILTIN
+
+        for spec in self.tracks:
+            if spec not in BUILTIN and not spec.endswith(".csv"):
+                raise ValueError(f"tracks: {spec!r} is neither a built-in circuit ({', '.join(BUILTIN)}) nor a .csv file")
         if self.judge.off_track_distance <= self.off_track_tolerance:
             raise ValueError("judge.off_track_distance must exceed off_track_tolerance")
         return self

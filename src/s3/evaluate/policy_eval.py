@@ -1,15 +1,15 @@
-"""Evaluate a trained policy in the source simulator, and the same starts in its own distilled env.
+"""Evaluate every seed of a trained policy in the source simulator, and the same runs in its own distilled env.
 
     evaluate_policy(name, folder, params, out_json, plots_dir) -> dict
 
-The source-simulator half is `evaluate_driver` (every condition x start x seed on the held-out
-road course). The distilled half drives the same policy from the same starts (the seed's lateral
-offset and speed; the distilled env starts aligned with the centerline, so the small heading
-perturbation is the one difference) inside the dynamics model it was trained in, all runs of a
-condition as one batch. `transfer_gap` of the two aggregates is written into the same JSON under
-"transfer_gap" and "distilled": how much a policy's lap in its training world overstates (or
-understates) its lap in the source simulator. "probes" holds the manoeuvre probes of that model
-against the source simulator (s3.evaluate.probes): where the model is wrong, not only how much.
+The source-simulator half is `evaluate_driver` (every seed x circuit x condition x start of the
+evaluation suite). The distilled half drives each seed from the same starts on the same circuits
+inside the dynamics model it was trained in, all runs of a seed and condition as one batch, judged
+by the same rules. `transfer_gap` of the two suite summaries is written into the same JSON under
+"transfer_gap" (and the distilled summary under "distilled"): how much a policy's laps in its
+training world overstate (or understate) its laps in the source simulator. "probes" holds the
+manoeuvre probes of that model against the source simulator (s3.evaluate.probes): where the model
+is wrong, not only how much.
 """
 
 from __future__ import annotations
@@ -20,14 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from s3.evaluate.evaluate import eval_params_of, evaluate_driver, start_perturbation, transfer_gap
-from s3.evaluate.policy_driver import policy_factory
+from s3.evaluate.evaluate import eval_params_of, evaluate_driver, track_name, transfer_gap
+from s3.evaluate.policy_driver import PolicyFactory
+from s3.evaluate.suite import QUALITY, SUITE, block, policy_seeds
 from s3.io import write_json_atomic
-from s3.tracks.road_course import road_course
-
-
-def _mean(values: list[float]) -> dict[str, Any]:
-    return {"mean": float(np.mean(values)) if values else None, "n": len(values)}
+from s3.tracks.evaluation_circuits import evaluation_track
 
 
 def _model_folder(meta: dict[str, Any], models_dir: str | Path | None) -> tuple[Path, str]:
@@ -53,50 +50,46 @@ def model_probes(folder: str | Path, params: Any, models_dir: str | Path | None 
 
 
 def distilled_laps(folder: str | Path, params: Any, models_dir: str | Path | None = None) -> dict[str, Any]:
-    """The policy in `folder` driven in its own distilled env from the evaluation starts.
+    """Every seed of the policy in `folder` driven in its own distilled env from the evaluation starts.
 
-    Returns {condition: {"aggregate": {completion_rate, lap_time_s, mean_speed_mps: {"mean", "n"}},
-    "reasons": {...}}}; the model is the one recorded in policy.json (models_dir/<family> if given).
+    Returns {"rows": [...], "summary": {"suite": {cond: block}}} with the blocks of s3.evaluate.suite
+    (completion rate, lap share, lap time); the model is the one recorded in policy.json
+    (models_dir/<family> if given).
     """
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.export import load_policy_fn, policy_env_params
     from s3.rl.rollout import run_episodes
 
     ep = eval_params_of(params)
-    policy, meta = load_policy_fn(folder)
-    model = load_checkpoint(*_model_folder(meta, models_dir), "cpu")
-    env_params = policy_env_params(meta)
-    out: dict[str, Any] = {}
-    for cond in ep.conditions:
-        track = road_course(cond)
-        starts = [(i, frac, seed) for i, frac in enumerate(ep.start_fractions) for seed in ep.seeds]
-        pert = [start_perturbation(seed, i, ep) for i, _, seed in starts]
-        batch = run_episodes(
-            policy, model, [track], [0] * len(starts), [frac * track.length for _, frac, _ in starts], env_params,
-            start_d=[p[0] for p in pert], start_speed=[p[2] for p in pert], max_seconds=ep.max_lap_seconds, ends=ep.judge.ends(),
-        )  # fmt: skip
-        done = batch.completed.astype(bool)
-        duration = np.where(done, batch.lap_time, batch.steps * model.dt)
-        speeds = [float(max(p, 0.0) / t) for p, t in zip(batch.progress, duration) if t > 0]
-        out[cond] = {
-            "aggregate": {
-                "completion_rate": _mean([float(d) for d in done]),
-                "lap_time_s": _mean([float(t) for t in batch.lap_time[done]]),
-                "mean_speed_mps": _mean(speeds),
-            },
-            "reasons": {r: batch.reason.count(r) for r in sorted(set(batch.reason))},
-            "runs": len(starts),
-        }
-    return out
+    rows: list[dict[str, Any]] = []
+    for seed, seed_folder in policy_seeds(folder):
+        policy, meta = load_policy_fn(seed_folder)
+        model = load_checkpoint(*_model_folder(meta, models_dir), "cpu")
+        for cond in ep.conditions:
+            tracks = [evaluation_track(spec, cond) for spec in ep.tracks]
+            starts = [(t, i, frac) for t in range(len(tracks)) for i, frac in enumerate(ep.start_fractions)]
+            batch = run_episodes(
+                policy, model, tracks, [t for t, _, _ in starts], [frac * tracks[t].length for t, _, frac in starts], policy_env_params(meta),
+                start_speed=ep.start_speed, max_seconds=ep.max_lap_seconds, ends=ep.judge.ends(),
+            )  # fmt: skip
+            done = batch.completed.astype(bool)
+            for k, (t, i, _) in enumerate(starts):
+                rows.append({"seed": seed, "track": track_name(ep.tracks[t]), "condition": cond, "start_index": i, "completed": bool(done[k]),
+                             "completion_fraction": float(np.clip(batch.progress[k] / tracks[t].length, 0.0, 1.0)),
+                             "lap_time_s": float(batch.lap_time[k]) if done[k] else None, "reason": batch.reason[k]})  # fmt: skip
+    return {"rows": rows, "summary": {SUITE: {c: block([r for r in rows if r["condition"] == c], QUALITY) for c in ep.conditions}}}
 
 
 def evaluate_policy(name: str, folder: str | Path, params: Any, out_json: str | Path, plots_dir: str | Path | None,
-                    models_dir: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
-    """Source-simulator evaluation of policies/<name>/ plus its transfer gap, in one JSON."""
-    result = evaluate_driver(name, policy_factory(folder), params, out_json, plots_dir)
-    distilled = distilled_laps(folder, params, models_dir)
-    result["distilled"] = distilled
+                    models_dir: str | Path | None = None, distilled: bool = True) -> dict[str, Any]:  # fmt: skip
+    """Source-simulator evaluation of every seed of policies/<name>/, plus (distilled=True) its transfer gap and its model's probes, in one JSON."""
+    seeds = [(seed, PolicyFactory(f)) for seed, f in policy_seeds(folder)]
+    result = evaluate_driver(name, seeds, params, out_json, plots_dir)
+    if not distilled:
+        return result
+    inside = distilled_laps(folder, params, models_dir)
+    result["distilled"] = inside["summary"]
     result["probes"] = model_probes(folder, params, models_dir)
-    result["transfer_gap"] = {cond: transfer_gap(result["conditions"][cond]["aggregate"], distilled[cond]["aggregate"]) for cond in distilled}
+    result["transfer_gap"] = {c: transfer_gap(result["summary"][SUITE][c], inside["summary"][SUITE][c]) for c in inside["summary"][SUITE]}
     write_json_atomic(out_json, result)
     return result

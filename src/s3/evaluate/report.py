@@ -37,11 +37,12 @@ from typing import Any
 from rich.console import Console
 
 from s3.dynamics.registry import FAMILIES
+from s3.evaluate.report_claims import claims
 from s3.evaluate.report_cost import collect_cost, direct_cost, efficiency_block
 from s3.evaluate.report_inputs import BASELINES, control_dt, horizon_curves, json_names, order_names, read_json
 from s3.evaluate.report_mlflow import log_report_mlflow
 from s3.evaluate.report_ranks import quality_ranks, spearman
-from s3.evaluate.report_render import correlation_lines, cost_lines, efficiency_table, markdown, report_table
+from s3.evaluate.report_render import claims_table, correlation_lines, cost_lines, efficiency_table, markdown, report_table
 from s3.evaluate.report_rows import CORRELATED, policy_kind, policy_row, prediction_source
 from s3.io import json_safe, write_json_atomic, write_text_atomic
 
@@ -56,8 +57,10 @@ DEFINITIONS = {
     "from the same start for 3 s in the source simulator and in the model, on open asphalt and on open ice (mu 0.15); "
     "mean position error (m) after 3 s per surface, and in how many of the 8 manoeuvres model and source agree on "
     "whether the car slid (|sideslip| > 0.5 rad)",
-    "policy_quality": "the policy back in the source simulator on the held-out road course (nominal, and with "
-    "seven ice patches): lap completion rate over starts x seeds, mean lap time of the completed laps",
+    "policy_quality": "every training seed of the policy back in the source simulator on the evaluation suite (held-out "
+    "circuits, nominal and with ice, four starts each): completion rate and lap share as the mean over seeds of each "
+    "seed's share, with a 95 % two-level bootstrap interval (seeds, then their runs), n = seeds and runs; lap time over "
+    "the completed laps only, with their number. The distillation seed is fixed: each family is one distillation draw",
     "quality_rank": "families ordered by mean completion rate ((nominal + ice) / 2, higher is better), ties broken "
     "by the mean share of the lap driven before failing (nominal and ice; higher is better), then by the nominal "
     "then the ice lap time (shorter is better; no completed lap counts as slowest); rank 1 = best, "
@@ -104,6 +107,7 @@ def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iter
     names = order_names({*models, *json_names(d_dir), *json_names(e_dir), *(n for n in json_names(t_dir) if n != "direct")}, families, models)
     names = [n for n in names if n in models or n in BASELINES or (e_dir / f"{n}.json").exists()]
     rows: dict[str, dict[str, Any]] = {}
+    names += [n for n in json_names(e_dir) if n not in names and n in BASELINES]
     evals: dict[str, dict | None] = {}
     for name in names:
         evals[name] = read_json(e_dir / f"{name}.json", missing)
@@ -122,7 +126,11 @@ def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iter
     dt = control_dt(man, metrics_dir, evals)
     collect = collect_cost(man, dt, read_json(metrics_dir / "collect.json", missing))
     direct = direct_cost(read_json(t_dir / "direct.json", missing), evals.get("direct"), dt)
+    experiments = read_experiments(metrics_dir / "experiments")
+    ttq = read_json(metrics_dir / "time_to_quality.json", []) if (metrics_dir / "time_to_quality.json").exists() else None
     report = {
+        "claims": claims(evals, rows, families, experiments, ttq),
+        "experiments": {k: sorted(v) for k, v in experiments.items()},
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({platform.machine()}, {platform.system()}, {os.cpu_count()} CPUs)",
         "metrics_dir": str(metrics_dir),
@@ -133,6 +141,19 @@ def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iter
         "missing": missing,
     }
     return json_safe(report)
+
+
+def read_experiments(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """{set: {variant: {"distill": metrics/distill dict, "eval": metrics/eval dict, "params": ...}}} from
+    metrics/experiments/<set>/<variant>.json (s3 study collect writes them; absent = not run)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    if not folder.is_dir():
+        return out
+    for path in sorted(folder.glob("*/*.json")):
+        data = read_json(path, [])
+        if data is not None:
+            out.setdefault(path.parent.name, {})[path.stem] = data
+    return out
 
 
 def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path, plots_dir: Path) -> list[Path]:
@@ -157,6 +178,7 @@ def report(metrics_dir: str | Path = "metrics", reports_dir: str | Path = "repor
     paths = write_report(rep, Path(metrics_dir), Path(reports_dir), Path(plots_dir))
     console = console or Console()
     console.print(report_table(rep))
+    console.print(claims_table(rep))
     for line in correlation_lines(rep):
         console.print(f"Spearman (error, quality rank) {line}", highlight=False)
     console.print(efficiency_table(rep))

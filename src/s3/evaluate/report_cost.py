@@ -98,7 +98,7 @@ def direct_cost(direct: Mapping[str, Any] | None, ev: Mapping[str, Any] | None, 
     """Direct PPO in the source simulator: time to the lap (or its budget) and real-time equivalent."""
     wall, budget = _direct_value(direct, "wall_s"), _direct_value(direct, "budget_s")
     steps, workers = _direct_value(direct, "env_steps"), _direct_value(direct, "workers")
-    rate = num(get(ev, "summary", "nominal", "completion_rate"))
+    rate = num(get(ev, "summary", "suite", "nominal", "completion_rate", "estimate"))
     reached = None if rate is None or wall is None else rate > 0
     t = None
     if reached is True:

@@ -21,7 +21,7 @@ from typing import Any
 
 from s3.dynamics.registry import FAMILIES
 
-BASELINES = ("direct", "pid", "pid_blind")  # trained in the source simulator, or not trained
+BASELINES = ("direct", "pid", "pid_blind", "pid_cautious")  # trained in the source simulator, or not trained
 
 
 def read_json(path: Path, missing: list[str]) -> dict[str, Any] | None:

@@ -35,25 +35,52 @@ def _pct(x: Any) -> str:
     return DASH if x is None else f"{100 * x:.0f}%"
 
 
+def _interval(x: Any, ci: Any, digits: int = 1, scale: float = 1.0) -> str:
+    if x is None:
+        return DASH
+    band = f" [{scale * ci[0]:.{digits}f}, {scale * ci[1]:.{digits}f}]" if ci and None not in ci else ""
+    return f"{scale * x:.{digits}f}{band}"
+
+
 def _lap(p: Mapping[str, Any]) -> str:
     if p["lap_time_s"] is None:
         return DASH
-    ci = p.get("lap_time_ci95")
-    half = (ci[1] - ci[0]) / 2 if ci and None not in ci else None
-    return f"{p['lap_time_s']:.1f}" + ("" if half is None else f" ± {half:.1f}")
+    return _interval(p["lap_time_s"], p.get("lap_time_ci95")) + f" (n={p.get('lap_time_n')})"
+
+
+def _share(p: Mapping[str, Any], key: str) -> str:
+    """A share in % with its interval and n (seeds / runs)."""
+    if p[key] is None:
+        return DASH
+    return _interval(p[key], p.get(key.replace("_rate", "") + "_ci95") if key == "lap_share" else p.get("completion_ci95"), 0, 100.0) + (
+        f" (n={p.get('seeds')}/{p.get('runs')})" if key == "completion_rate" else ""
+    )
+
+
+CLAIM_COLUMNS = ("claim", "statement", "effect", "95 % interval", "n", "verdict")
+
+
+def claim_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    """The paper's claims: effect, interval, n and verdict (s3.evaluate.report_claims)."""
+    out = []
+    for c in report.get("claims", []):
+        ci = c["ci95"]
+        band = DASH if not ci else f"[{_f(ci[0], 3)}, {_f(ci[1], 3)}]"
+        out.append([c["claim"], c["statement"], _f(c["effect"], 3), band, c["n"], c["verdict"]])
+    return out
 
 
 def _gap(g: Mapping[str, Any]) -> str:
-    c, t = g["completion_rate"], g["lap_time_s"]
+    c, t = g["completion_rate"], g["lap_time_s"]  # source minus distilled
     if c is None and t is None:
         return DASH
     return f"{DASH if c is None else f'{100 * c:+.0f}%'} / {DASH if t is None else f'{t:+.1f} s'}"
 
 
 MAIN_COLUMNS = ("policy", "ADE 1s all (m)", "ADE 2s all (m)", "ADE 1s ice (m)", "ADE 2s ice (m)",
-                "manoeuvres 3s asphalt / ice (m)", "slides agreed", "completed nominal",
-                "completed ice", "lap time nominal (s)", "lap time ice (s)", "steer rate (1/s)", "steer jerk (1/s²)",
-                "ice patches crossed", "transfer gap nominal", "transfer gap ice", "quality rank")  # fmt: skip
+                "manoeuvres 3s asphalt / ice (m)", "slides agreed", "completed nominal % (n seeds/runs)",
+                "completed ice %", "lap share nominal %", "lap share ice %", "lap time nominal (s)", "lap time ice (s)",
+                "steer rate (1/s)", "lateral jerk (m/s³)", "ice patches crossed", "transfer gap nominal", "transfer gap ice", "quality rank")  # fmt: skip
 
 
 def main_rows(report: Mapping[str, Any]) -> list[list[str]]:
@@ -64,9 +91,10 @@ def main_rows(report: Mapping[str, Any]) -> list[list[str]]:
         label = name if not r["prediction_from"] or r["prediction_from"] == name else f"{name} ({r['prediction_from']} model)"
         out.append([
             label, *(_f(pred[m]) for m in ERROR_METRICS), _pair(pred["probe_3s_asphalt"], pred["probe_3s_ice"]),
-            _pct(pred["probe_slides_agreed"]), _pct(pol["nominal"]["completion_rate"]),
-            _pct(pol["ice"]["completion_rate"]), _lap(pol["nominal"]), _lap(pol["ice"]),
-            _f(pol["nominal"]["mean_abs_steering_rate"], 3), _f(pol["nominal"]["mean_abs_steering_jerk"], 2),
+            _pct(pred["probe_slides_agreed"]), _share(pol["nominal"], "completion_rate"),
+            _share(pol["ice"], "completion_rate"), _share(pol["nominal"], "lap_share"), _share(pol["ice"], "lap_share"),
+            _lap(pol["nominal"]), _lap(pol["ice"]),
+            _f(pol["nominal"]["mean_abs_steering_rate"], 3), _f(pol["nominal"].get("mean_abs_lateral_jerk"), 2),
             _pct(pol["ice"]["patch_crossing_rate"]), _gap(gap["nominal"]), _gap(gap["ice"]), _f(r["quality"]["rank"], 1),
         ])  # fmt: skip
     return out
@@ -128,9 +156,14 @@ def _table(title: str, columns: Iterable[str], rows: list[list[str]]) -> Table:
     return table
 
 
+def claims_table(report: Mapping[str, Any]) -> Table:
+    """The paper's claims with effect, interval, n and verdict."""
+    return _table("report: the paper's claims (two-sided 95 %; verdict rule fixed in advance)", CLAIM_COLUMNS, claim_rows(report))
+
+
 def report_table(report: Mapping[str, Any]) -> Table:
     """Prediction accuracy next to policy quality, one row per policy."""
-    return _table("report: prediction accuracy (held-out rollouts) vs policy quality (source simulator, road course)",
+    return _table("report: prediction accuracy (held-out rollouts) vs policy quality (source simulator, evaluation suite, every seed)",
                   MAIN_COLUMNS, main_rows(report))  # fmt: skip
 
 
@@ -151,10 +184,15 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
     figs = [f"![{Path(f).stem}]({os.path.relpath(Path(f).resolve(), Path(reports_dir).resolve())})" for f in figures]
     parts = [
         "# s3 report: prediction accuracy vs policy quality",
-        f"Generated from `{report['metrics_dir']}`.",  # when and on which host: metrics/report.json (the same metrics, the same bytes)
+        f"Generated from `{report['metrics_dir']}`. Bit-identical results hold on one machine only (the same clone on another "
+        "machine of the same kind trained other policies): the conclusions rest on the intervals, which state their n.",  # when and on which host: metrics/report.json (the same metrics, the same bytes)
         "## Accuracy vs policy quality",
         _md_table(MAIN_COLUMNS, main_rows(report)),
         "Transfer gap: completion / lap time, source minus distilled environment.",
+        "## The paper's claims",
+        "Verdict rule, fixed before the results: two-sided 95 % intervals; *holds* when the interval of the effect excludes zero "
+        "in the claimed direction, *does not hold* when it excludes zero the other way, *cannot tell* otherwise (at this n).",
+        _md_table(CLAIM_COLUMNS, claim_rows(report)),
         "## Does better prediction give a better policy?",
         "Spearman rho of (prediction error, quality rank), +1 = better prediction goes with a better policy:",
         "\n".join(f"- {line}" for line in correlation_lines(report)),

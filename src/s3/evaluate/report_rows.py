@@ -19,9 +19,9 @@ CONDITIONS = ("nominal", "ice")
 ERROR_METRICS = ("ade_1s_all", "ade_2s_all", "ade_1s_ice", "ade_2s_ice")
 PROBE_METRICS = ("probe_3s_asphalt", "probe_3s_ice")  # manoeuvre probes (s3.evaluate.probes), from metrics/eval
 CORRELATED = (*ERROR_METRICS, *PROBE_METRICS)
-POLICY_KEYS = ("mean_abs_steering_rate", "mean_abs_steering_jerk", "pedal_switches", "off_track_events",
-               "mean_abs_lateral_error_m", "patch_crossing_rate")  # fmt: skip
-GAP_KEYS = ("completion_rate", "lap_time_s", "mean_speed_mps")
+POLICY_KEYS = ("mean_abs_steering_rate", "mean_abs_steering_jerk", "mean_abs_lateral_jerk", "pedal_switches", "off_track_events",
+               "time_off_track_s", "min_edge_margin_m", "mean_abs_lateral_error_m", "patch_crossing_rate")  # fmt: skip
+GAP_KEYS = ("completion_rate", "lap_share", "lap_time_s")
 
 
 def prediction_columns(distill: Mapping[str, Any] | None, ev: Mapping[str, Any] | None = None) -> dict[str, float | None]:
@@ -38,20 +38,30 @@ def prediction_columns(distill: Mapping[str, Any] | None, ev: Mapping[str, Any] 
     return out
 
 
+def _ci(b: Mapping[str, Any] | None) -> list[float | None] | None:
+    ci = get(b, "ci95")
+    return [num(c) for c in ci] if isinstance(ci, list) and len(ci) == 2 else None
+
+
 def policy_columns(ev: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """Per condition: completion, lap time (mean and 95 % CI) and the smoothness metrics."""
+    """Per condition, over the evaluation suite (metrics/eval `summary.suite`): completion rate, lap
+    share and lap time as means over seeds with their two-level 95 % intervals and n, the smoothness
+    and safety metrics as means over seeds."""
     out: dict[str, dict[str, Any]] = {}
     for cond in CONDITIONS:
-        s = get(ev, "summary", cond)
-        ci = get(s, "lap_time_s", "ci95")
+        s = get(ev, "summary", "suite", cond)
         out[cond] = {
-            "completion_rate": num(get(s, "completion_rate")),
+            "completion_rate": num(get(s, "completion_rate", "estimate")),
+            "completion_ci95": _ci(get(s, "completion_rate")),
             "completed": get(s, "completed"),
             "runs": get(s, "runs"),
-            "lap_time_s": num(get(s, "lap_time_s", "mean")),
-            "lap_time_ci95": [num(c) for c in ci] if isinstance(ci, list) and len(ci) == 2 else None,
-            "lap_share": num(get(ev, "conditions", cond, "aggregate", "completion_fraction", "mean")),
-            **{k: num(get(s, k, "mean")) for k in POLICY_KEYS},
+            "seeds": get(s, "seeds"),
+            "lap_share": num(get(s, "lap_share", "estimate")),
+            "lap_share_ci95": _ci(get(s, "lap_share")),
+            "lap_time_s": num(get(s, "lap_time_s", "estimate")),
+            "lap_time_ci95": _ci(get(s, "lap_time_s")),
+            "lap_time_n": get(s, "lap_time_s", "n_units"),
+            **{k: num(get(s, k, "estimate")) for k in POLICY_KEYS},
         }
     return out
 

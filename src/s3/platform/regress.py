@@ -7,8 +7,8 @@
 Which metrics count and how much they may move is the `regress:` section of params.yaml:
 predictive errors (lower is better; the test-window errors of metrics/distill and the manoeuvre
 probes' errors in metrics/eval) may grow by `error_growth_pct` % (plus `error_abs_floor`
-so that a zero baseline is not a hair trigger); completion rates (higher is better) may drop
-by `completion_drop` (absolute); lap times may grow by `lap_time_growth_pct` %. A metric that
+so that a zero baseline is not a hair trigger); completion rates and lap shares (higher is better)
+may drop by `completion_drop` (absolute); lap times may grow by `lap_time_growth_pct` %. A metric that
 became null (diverged) or disappeared is a regression; new metrics are reported, not judged.
 """
 
@@ -43,8 +43,10 @@ class RegressParams(BaseModel):
     error_keys: list[str] = ["one_step_rmse.*", "rollout.*.ade_*", "rollout.*.fde_*", "divergence.rate"]
     policy_files: list[str] = ["metrics/eval/*.json"]
     probe_keys: list[str] = ["probes.summary.pos_err_3s_*"]  # s3 evaluate: the model's manoeuvre probes (errors)
-    completion_keys: list[str] = ["summary.*.completion_rate"]  # s3 evaluate: rates in [0, 1] per condition
-    lap_time_keys: list[str] = ["summary.*.lap_time_s.mean"]
+    # s3 evaluate: shares in [0, 1] per circuit (and the suite) and condition, means over seeds; the
+    # lap share is continuous, so a policy that drives less far regresses even with no lap completed
+    completion_keys: list[str] = ["summary.*.completion_rate.estimate", "summary.*.lap_share.estimate"]
+    lap_time_keys: list[str] = ["summary.*.lap_time_s.estimate"]
 
 
 Kind = Literal["error", "completion", "lap_time"]

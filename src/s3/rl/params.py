@@ -169,11 +169,11 @@ class DirectParams(_Section):
     """
 
     budget_s: float = Field(
-        600.0,
+        900.0,
         gt=0.0,
         le=10**6,
-        description="wall-clock budget of the whole run (worker start, PPO, validation, export): about one "
-        "family's measured distill + train wall time on a 2-core machine (dytr: ~320 s distill + ~260 s train)",
+        description="wall-clock budget of the whole run (worker start, PPO, validation, export). The rule: at least the distilled "
+        "route's whole wall clock for one family (collect + distill + its K seeds' training) on the same machine; the report checks it",
     )
     workers: int = Field(0, ge=0, le=256, description="simulator worker processes (0 = one per core)")
     num_envs: int = Field(32, ge=1, le=4096, description="source-simulator cars stepped together (about 1000 control steps/s per core)")
@@ -181,8 +181,12 @@ class DirectParams(_Section):
     chunk_iterations: int = Field(25, ge=1, le=100000, description="PPO iterations between validations")
     pool_size: int = Field(16, ge=1, le=1024, description="training tracks at once (each worker keeps a friction raster per track, ~5-15 MB)")
     validation: bool = Field(True, description="keep the best checkpoint by source-simulator validation (else the last one)")
-    validation_seconds: float = Field(
-        20.0, gt=0.0, le=3600.0, description="cap on each validation episode (s of driving; laps also end at validation_min_speed)"
+    validation_seconds: float | None = Field(
+        None,
+        gt=0.0,
+        le=3600.0,
+        description="optional cap on each validation episode (s of driving); none = the distilled policies' rule (a lap, a failure, "
+        "or the lap length at validation_min_speed), so both routes choose checkpoints the same way",
     )
     worker_timeout_s: float = Field(300.0, gt=0.0, le=86400.0, description="a worker silent this long is declared hung")
 

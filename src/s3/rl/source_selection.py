@@ -8,7 +8,7 @@ in-model score kept the seed that was worse in the source, on held-out procedura
 three of the four learned policies. So the choice among seeds, whose weights are already
 trained only in the model, is made
 where the policy will be deployed: the source simulator, in the evaluation's car
-(`evaluate.driver_aids`), on the first `train.source_validation_tracks` of the policy's own
+(`sim.driver_aids`), on the first `train.source_validation_tracks` of the policy's own
 held-out procedural validation tracks (never the road course), from the same start grid as
 in-model validation, each run ending at its lap, a failure, or after the lap length at
 `train.validation_min_speed`. The source steps this costs are recorded beside the scores.
@@ -50,7 +50,7 @@ def source_scores(folders: Sequence[Path], root: Any, tp: TrainParams) -> list[d
 
     # every candidate at once, interleaved so that each worker holds an equal share of each: the
     # stragglers of one candidate's runs overlap the other's instead of following them
-    with SourceVecEnv(tracks, root.sim, env_params, num_envs=m * k, seed=tp.seed, auto_reset=False, aids=root.evaluate.driver_aids) as env:
+    with SourceVecEnv(tracks, root.sim, env_params, num_envs=m * k, seed=tp.seed, auto_reset=False) as env:
         obs = env.reset_to(torch.as_tensor(np.repeat(ti, k)), torch.as_tensor(np.repeat(s, k), dtype=torch.float32))["policy"]
         batch = source_episodes(env, policy, obs, torch.ceil(env.track_length() / tp.validation_min_speed / env.dt).long())
     out = []

@@ -12,8 +12,10 @@ if TYPE_CHECKING:
 
 
 def make_sim(params: SimParams, aids: DriverAidsParams | None = None) -> SourceSim:
-    """A fresh simulator for `params.backend`, behind traction control / ABS where `aids` asks."""
+    """A fresh simulator for `params.backend`, behind traction control / ABS where `aids` asks
+    (default: `params.driver_aids`, the one car every stage drives; `DriverAidsParams()` = bare)."""
     sim = _bare_sim(params)
+    aids = params.driver_aids if aids is None else aids
     if aids is not None and aids.enabled:
         from s3.sim.aids import WithDriverAids
 
@@ -43,7 +45,7 @@ def worker_sim(params: SimParams, aids: DriverAidsParams | None = None) -> Sourc
     from s3.sim.base import SimulatorLost, SimulatorUnreachable
 
     global _CACHED
-    key = params.model_dump_json() + (aids.model_dump_json() if aids is not None else "")
+    key = params.model_dump_json() + (aids.model_dump_json() if aids is not None else "")  # aids None: params.driver_aids
     if _CACHED is None or _CACHED[0] != key:
         drop_worker_sim()
         try:

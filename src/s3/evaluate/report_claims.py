@@ -1,0 +1,161 @@
+"""The paper's four claims as rows of the report, each with its effect, interval, n and verdict.
+
+    claims(evals, rows, experiments, efficiency) -> [claim row, ...]
+
+The verdict rule was fixed before any result was looked at (s3.evaluate.stats.verdict): two-sided
+95 % intervals; a claim *holds* when the interval of its effect excludes zero in the claimed
+direction, *does not hold* when it excludes zero the other way, and *cannot tell* otherwise (at
+this n). A claim whose inputs were not run says so ("not run") and has no verdict.
+
+1. efficiency: the distilled route reaches a lap-completing policy sooner than PPO in the source
+   (time-to-quality curves of s3.evaluate.time_to_quality; one training seed per route, so no
+   interval: the effect is stated, the verdict is "cannot tell" at n = 1 unless a bound decides).
+2. physically grounded models give smoother, safer policies: ddm and dytr against the
+   transformer on steering rate and jerk, lateral jerk, time off the road (lower is better) and
+   minimum edge margin (higher is better); per run over the suite and both conditions, the
+   difference of the seed means with a two-level bootstrap interval (each policy's seeds
+   resampled, then their runs).
+3. predictive accuracy predicts policy quality: Spearman rho of (ADE 2 s, quality) over models
+   (the families and the graded-accuracy variants), interval by a paired bootstrap over models,
+   p by permuting models (s3.evaluate.stats.model_correlation). Claimed direction: negative
+   (lower error, better policy). Quality = mean lap share over seeds, circuits and conditions.
+4. friction diversity without surface labels transfers better: from the ablation, the ice lap
+   share of the policy trained with high friction diversity and no labels minus that with low
+   diversity and no labels (two-level bootstrap over their seeds and runs).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from s3.evaluate.report_inputs import get, num
+from s3.evaluate.stats import Interval, difference_bootstrap, model_correlation, verdict
+from s3.evaluate.suite import groups
+
+SMOOTHNESS = (("mean_abs_steering_rate", -1), ("mean_abs_steering_jerk", -1), ("mean_abs_lateral_jerk", -1), ("time_off_track_s", -1),
+              ("min_edge_margin_m", +1))  # fmt: skip
+GROUNDED = ("ddm", "dytr")
+BLACK_BOX = "transformer"
+HEADLINE_ERROR = "ade_2s_all"
+Z95 = 1.959964
+
+
+def _runs(ev: Mapping[str, Any] | None, condition: str | None = None) -> list[dict[str, Any]]:
+    rows = get(ev, "runs") or []
+    return [r for r in rows if condition is None or r.get("condition") == condition]
+
+
+def quality(ev: Mapping[str, Any] | None) -> float | None:
+    """Mean over seeds of the mean lap share over every run (circuits x conditions x starts) of the seed."""
+    g = [v for v in groups(_runs(ev), "lap_share") if v]
+    return sum(sum(v) / len(v) for v in g) / len(g) if g else None
+
+
+def _row(claim: str, statement: str, direction: int, effect: Interval | Mapping[str, Any] | None, n: str, detail: Any = None,
+         status: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """One claim row; the verdict from the Interval (which knows its seeds) or the (low, high) of `effect`."""
+    interval = effect if isinstance(effect, Interval) else None
+    if interval is not None:
+        effect = {"estimate": interval.estimate, "low": interval.low, "high": interval.high}
+    low, high = (effect or {}).get("low"), (effect or {}).get("high")
+    return {
+        "claim": claim,
+        "statement": statement,
+        "direction": "positive" if direction > 0 else "negative",
+        "effect": None if effect is None else effect.get("estimate"),
+        "ci95": None if low is None or high is None else [low, high],
+        "n": n,
+        "verdict": status or verdict(interval if interval is not None else (low, high), direction),
+        "detail": detail,
+    }
+
+
+def smoothness(evals: Mapping[str, Mapping[str, Any] | None]) -> list[dict[str, Any]]:
+    """Claim 2, one row per (grounded family, metric)."""
+    out = []
+    base = evals.get(BLACK_BOX)
+    for fam in GROUNDED:
+        ev = evals.get(fam)
+        for metric, direction in SMOOTHNESS:
+            statement = f"{fam} vs {BLACK_BOX}: {metric} {'lower' if direction < 0 else 'higher'}"
+            if not _runs(ev) or not _runs(base):
+                out.append(_row("2 smoother, safer", statement, direction, None, "—", status="not run"))
+                continue
+            a, b = groups(_runs(ev), metric), groups(_runs(base), metric)
+            iv = difference_bootstrap(a, b)
+            need = _seeds_needed(a, b, iv.estimate)
+            n = f"{len(a)} vs {len(b)} seeds, {sum(map(len, a))} vs {sum(map(len, b))} runs"
+            out.append(_row("2 smoother, safer", statement, direction, iv, n, {"seeds_needed": need}))
+    return out
+
+
+def _seeds_needed(a: list[list[float]], b: list[list[float]], effect: float | None) -> int | None:
+    """Seeds per policy at which the observed seed-to-seed spread of both would give an interval of the
+    difference narrower than |effect| (normal approximation: sd of a difference = sqrt(sd_a^2 + sd_b^2))."""
+    ma, mb = ([sum(x) / len(x) for x in g if x] for g in (a, b))
+    if effect is None or effect == 0 or len(ma) < 2 or len(mb) < 2:
+        return None
+    sd = math.sqrt(statistics.variance(ma) + statistics.variance(mb))
+    return max(2, math.ceil((Z95 * sd / abs(effect)) ** 2))
+
+
+def accuracy(rows: Mapping[str, Mapping[str, Any]], evals: Mapping[str, Mapping[str, Any] | None], families: Sequence[str],
+             graded: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """Claim 3: rho over models; `graded` = {variant: {"distill": metrics/distill dict, "eval": metrics/eval dict}}."""
+    points: dict[str, tuple[float, float]] = {}
+    for fam in families:
+        x, y = num(get(rows.get(fam), "prediction", HEADLINE_ERROR)), quality(evals.get(fam))
+        if x is not None and y is not None:
+            points[fam] = (x, y)
+    for name, v in graded.items():
+        x, y = num(get(v.get("distill"), "rollout", "all", "ade_2s")), quality(v.get("eval"))
+        if x is not None and y is not None:
+            points[name] = (x, y)
+    res = model_correlation([p[0] for p in points.values()], [p[1] for p in points.values()])
+    statement = f"lower {HEADLINE_ERROR} goes with better policies (Spearman rho < 0 over models)"
+    effect = {"estimate": res["rho"], "low": (res["ci95"] or [None, None])[0], "high": (res["ci95"] or [None, None])[1]}
+    n = f"{len(points)} models ({len(graded)} graded-accuracy variants)"
+    status = "not run" if len(points) < 3 else None
+    return _row("3 accuracy predicts quality", statement, -1, effect, n, {"p_value": res["p_value"], "models": points, "reason": res["reason"]}, status)
+
+
+def friction(ablation: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Claim 4: ice lap share, high minus low friction diversity, both without surface labels."""
+    statement = "high friction diversity without surface labels gives a higher ice lap share than low diversity without labels"
+    hi, lo = ablation.get("diverse_blind"), ablation.get("narrow_blind")
+    if hi is None or lo is None:
+        return _row("4 friction diversity transfers", statement, +1, None, "—", status="not run")
+    a, b = groups(_runs(hi.get("eval"), "ice"), "lap_share"), groups(_runs(lo.get("eval"), "ice"), "lap_share")
+    iv = difference_bootstrap(a, b)
+    n = f"{len(a)} vs {len(b)} seeds, {sum(map(len, a))} vs {sum(map(len, b))} ice runs"
+    return _row("4 friction diversity transfers", statement, +1, iv, n, {v: quality(d.get("eval")) for v, d in ablation.items()})
+
+
+def efficiency_claim(ttq: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Claim 1 from the time-to-quality curves (metrics/time_to_quality.json), when they were measured."""
+    statement = "the distilled route reaches a lap-completing policy sooner than PPO in the source simulator"
+    if not ttq:
+        return _row("1 efficiency", statement, +1, None, "—", status="not run")
+    direct = num(get(ttq, "direct", "t_to_quality_s"))
+    distilled = num(get(ttq, "distilled_best", "t_to_quality_s"))
+    bound = num(get(ttq, "direct", "budget_s"))
+    if direct is None and bound is not None and distilled is not None and distilled < bound:
+        effect = {"estimate": bound - distilled, "low": bound - distilled, "high": None}
+        detail = {"direct": f"never reached within {bound:.0f} s: the effect is a lower bound", **ttq}
+        return _row("1 efficiency", statement, +1, effect, "1 seed per route", detail, "cannot tell")
+    effect = None if direct is None or distilled is None else {"estimate": direct - distilled, "low": None, "high": None}
+    return _row("1 efficiency", statement, +1, effect, "1 seed per route", dict(ttq), "cannot tell")
+
+
+def claims(evals: Mapping[str, Mapping[str, Any] | None], rows: Mapping[str, Mapping[str, Any]], families: Sequence[str],
+           experiments: Mapping[str, Mapping[str, Mapping[str, Any]]], ttq: Mapping[str, Any] | None) -> list[dict[str, Any]]:  # fmt: skip
+    """Every claim row, in the paper's order."""
+    return [
+        efficiency_claim(ttq),
+        *smoothness(evals),
+        accuracy(rows, evals, families, experiments.get("graded", {})),
+        friction(experiments.get("ablation", {})),
+    ]

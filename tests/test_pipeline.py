@@ -16,7 +16,8 @@ BIN = Path(sys.executable).parent
 FAMILIES = ("bicycle", "ddm", "transformer", "dytr")
 POLICIES = (*FAMILIES, "oracle", "direct")
 STAGES = ("collect", *(f"distill@{f}" for f in FAMILIES), *(f"train@{p}" for p in POLICIES if p != "direct"), "train_direct",
-          *(f"evaluate@{p}" for p in POLICIES), "evaluate_baseline@pid", "evaluate_baseline@pid_blind", "report")  # fmt: skip
+          *(f"evaluate@{p}" for p in POLICIES), "evaluate_baseline@pid", "evaluate_baseline@pid_blind",
+          "evaluate_baseline@pid_cautious", "report")  # fmt: skip
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]  # the whole quick pipeline: ~4 min on 2 idle cores; `make test` runs it
 
@@ -55,9 +56,14 @@ def test_repro_runs_every_stage_then_skips(quick: dict) -> None:
     for name in POLICIES:
         assert (ws / "policies" / name / "policy.onnx").exists()
         ev = json.loads((ws / "metrics/eval" / f"{name}.json").read_text())
-        assert set(ev["summary"]) == {"nominal", "ice"}
+        assert set(ev["summary"]) == {"suite", "short"} and set(ev["summary"]["suite"]) == {"nominal", "ice"}
+        assert len(ev["seeds"]) == (1 if name == "direct" else 2)  # every seed evaluated
         assert ("transfer_gap" in ev) == (name != "direct")
+    for name in ("pid", "pid_cautious"):  # the quick circuit is one the pid laps: completions and lap shares can regress
+        ev = json.loads((ws / "metrics/eval" / f"{name}.json").read_text())
+        assert ev["summary"]["short"]["nominal"]["completion_rate"]["estimate"] == 1.0, name
     report = json.loads((ws / "metrics/report.json").read_text())
+    assert [c["claim"][0] for c in report["claims"]] == ["1", *["2"] * 10, "3", "4"]
     assert (ws / "reports/report.md").exists() and (ws / "plots/report").is_dir()
     assert (ws / "plots/report/error_vs_horizon.png").exists()  # every family's curve: the report stage's, declared
     assert not (ws / "plots/distill/error_vs_horizon.png").exists()  # no distill@<family> writes an undeclared figure
@@ -113,14 +119,15 @@ def test_metrics_show_and_mlflow_runs_carry_accuracy(quick: dict) -> None:
     runs = c.search_runs([exp.experiment_id])
     parents = [r for r in runs if r.data.tags.get("s3.kind") == "pipeline"]
     children = {r.data.tags["s3.family"]: r for r in runs if r.data.tags.get("s3.kind") == "family"}
-    assert len(parents) == 1 and set(children) == {*POLICIES, "pid", "pid_blind"}
+    assert len(parents) == 1 and set(children) == {*POLICIES, "pid", "pid_blind", "pid_cautious"}
     parent = parents[0]
     assert "s3.git_commit" in parent.data.tags and parent.data.tags["s3.dvc_lock_sha"] != "none"
     assert parent.data.metrics["collect/rows"] > 0
     for name, run in children.items():  # both halves of the comparison, side by side
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
         ev = json.loads((ws / "metrics/eval" / f"{name}.json").read_text())
-        assert run.data.metrics["eval/summary.nominal.completion_rate"] == pytest.approx(ev["summary"]["nominal"]["completion_rate"])
+        logged = run.data.metrics["eval/summary.suite.nominal.completion_rate.estimate"]
+        assert logged == pytest.approx(ev["summary"]["suite"]["nominal"]["completion_rate"]["estimate"])
         if name in POLICIES:
             assert "train/wall_s" in run.data.metrics or "train/train.wall_s" in run.data.metrics, sorted(run.data.metrics)[:20]
     for fam in FAMILIES:

@@ -138,7 +138,7 @@ def test_unreachable_simulator_stops_collect_and_evaluate_after_bounded_retries(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    params = _bng(tmp_path, port, "compute.retry.retries=1", "evaluate.seeds=[0]", "evaluate.start_fractions=[0.0]")
+    params = _bng(tmp_path, port, "compute.retry.retries=1", "evaluate.tracks=[short]", "evaluate.start_fractions=[0.0]")
     t0 = time.monotonic()
     with pytest.raises(SimulatorError, match=rf"cannot reach BeamNG.tech at 127.0.0.1:{port}.*2 attempts"):
         _collect(params)
@@ -158,26 +158,26 @@ def test_evaluation_retries_a_lost_run_then_reports_runs_lost(tmp_path: Path) ->
             None,
             [
                 "sim.backend=beamng", f"sim.beamng.port={server.port}", f"sim.beamng.socket_timeout={SOCKET_TIMEOUT}",
-                "evaluate.conditions=[nominal]", "evaluate.start_fractions=[0.0]", "evaluate.seeds=[0, 1]",
+                "evaluate.conditions=[nominal]", "evaluate.start_fractions=[0.0, 0.5]", "evaluate.tracks=[road_course]",
                 "evaluate.gif=false", "evaluate.max_lap_seconds=5", "compute.retry.retries=1", *FAST_RETRY,
             ],
         )  # fmt: skip
         return evaluate_baseline("pid", params, tmp_path / f"{name}.json", None)
 
     def scores(out: dict) -> list[tuple]:
-        return [(r["seed"], r["distance_m"], r["reason"], r["steps"]) for r in out["conditions"]["nominal"]["runs"]]
+        return [(r["start_index"], r["distance_m"], r["reason"], r["steps"]) for r in out["runs"]]
 
     with BeamngStandin() as server:
         clean = run(server, "clean")
     with BeamngStandin(drop_after_steps=40) as server:
         once = run(server, "once")
     assert server.dropped == 1 and once["lost"] == []
-    assert [(r["seed"], r["retries"]) for r in once["retried"]] == [(0, 1)]
+    assert [(r["start_index"], r["retries"]) for r in once["retried"]] == [(0, 1)]
     assert scores(once) == scores(clean) and clean["lost"] == [] and clean["retried"] == []
     with BeamngStandin(drop_after_steps=20, drops=2) as server:
         lossy = run(server, "lossy")
-    assert [(r["seed"], r["attempts"]) for r in lossy["lost"]] == [(0, 2)] and "BeamNG" in lossy["lost"][0]["error"]
-    assert scores(lossy) == scores(clean)[1:] and lossy["summary"]["nominal"]["runs"] == 1
+    assert [(r["start_index"], r["attempts"]) for r in lossy["lost"]] == [(0, 2)] and "BeamNG" in lossy["lost"][0]["error"]
+    assert scores(lossy) == scores(clean)[1:] and lossy["summary"]["suite"]["nominal"]["runs"] == 1
     assert json.loads((tmp_path / "lossy.json").read_text())["lost"] == lossy["lost"]
 
 

@@ -201,6 +201,28 @@ def test_rl_wall_counts_every_seed_trained_side_by_side(ws: Path) -> None:
     assert eff["families"]["ddm"]["rl_wall_s"] == 20.0  # one seed: its own wall clock
 
 
+def test_a_seed_chosen_in_the_source_is_a_separate_row_with_its_cost(ws: Path) -> None:
+    """seed_selection 'source': the row of the chosen seed beside the policy's every-seed row, its source runs at real time."""
+    ev = _eval(0.5, 0.5)
+    for r in ev["runs"]:  # seed 1 completes everything, the others nothing
+        r["completed"] = r["seed"] == 1
+        r["completion_fraction"] = 1.0 if r["seed"] == 1 else 0.2
+        r["lap_time_s"] = 100.0 if r["seed"] == 1 else None
+    from s3.evaluate.suite import summarise
+
+    ev["summary"] = summarise(ev["runs"], ["road_course"], ["nominal", "ice"])
+    _write(ws / "metrics" / "eval" / "ddm.json", ev)
+    seeds = [{"seed": k, "source": {"score": float(k == 1), "car_steps": 1000}} for k in range(3)]
+    sel = {"in": "source", "selected_seed": 1, "rule": "best lap share in the source", "seeds": seeds}
+    _write(ws / "metrics" / "train" / "ddm.json", {"family": "ddm", "train": {"wall_s": 20.0}, "seed_selection": sel})
+    rep = rp.build_report(ws / "metrics")
+    every, chosen = rep["rows"]["ddm"], rep["rows"]["ddm (selected)"]
+    assert every["policy"]["nominal"]["completion_rate"] == pytest.approx(1 / 3) and every["policy"]["nominal"]["seeds"] == 3
+    assert chosen["kind"] == "selected" and chosen["policy"]["nominal"]["completion_rate"] == 1.0 and chosen["policy"]["nominal"]["seeds"] == 1
+    assert chosen["selection"]["source_car_steps"] == 3000 and chosen["selection"]["source_real_time_s"] == pytest.approx(300.0)  # 3000 x 0.1 s
+    assert every["quality"]["rank"] is not None and chosen["quality"]["rank"] is None  # the ranks compare families, every seed
+
+
 def test_efficiency_bounds_when_direct_never_completes(ws: Path) -> None:
     _write(ws / "metrics" / "eval" / "direct.json", _eval(0.0, 0.0, gap=False))
     eff = rp.build_report(ws / "metrics")["efficiency"]

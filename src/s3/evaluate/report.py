@@ -43,7 +43,7 @@ from s3.evaluate.report_inputs import BASELINES, control_dt, horizon_curves, jso
 from s3.evaluate.report_mlflow import log_report_mlflow
 from s3.evaluate.report_ranks import quality_ranks, spearman
 from s3.evaluate.report_render import claims_table, correlation_lines, cost_lines, efficiency_table, markdown, report_table
-from s3.evaluate.report_rows import CORRELATED, policy_kind, policy_row, prediction_source
+from s3.evaluate.report_rows import CORRELATED, policy_kind, policy_row, prediction_source, selected_row
 from s3.io import json_safe, write_json_atomic, write_text_atomic
 
 HEADLINE_ERROR = "ade_2s_all"
@@ -107,6 +107,7 @@ def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iter
     names = order_names({*models, *json_names(d_dir), *json_names(e_dir), *(n for n in json_names(t_dir) if n != "direct")}, families, models)
     names = [n for n in names if n in models or n in BASELINES or (e_dir / f"{n}.json").exists()]
     rows: dict[str, dict[str, Any]] = {}
+    selected_rows: dict[str, dict[str, Any]] = {}
     names += [n for n in json_names(e_dir) if n not in names and n in BASELINES]
     evals: dict[str, dict | None] = {}
     for name in names:
@@ -117,6 +118,9 @@ def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iter
         src = prediction_source(name, d_dir, train, families, models) if trained else None
         distill = read_json(d_dir / f"{src}.json", missing) if src else None
         rows[name] = policy_row(name, kind, distill, evals[name], train, src)
+        selected = selected_row(rows[name], evals[name], train)
+        if selected is not None:
+            selected_rows[f"{name} (selected)"] = selected
     for name, rank in quality_ranks({n: r for n, r in rows.items() if n in families}).items():
         rows[name]["quality"]["rank"] = rank
     ranks = {n: r["quality"]["rank"] for n, r in rows.items() if r["quality"]["rank"] is not None}
@@ -124,6 +128,10 @@ def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iter
 
     man = read_json(manifest, missing)
     dt = control_dt(man, metrics_dir, evals)
+    for name, row in selected_rows.items():  # after the ranks and the correlation: the seeds' row is the policy's
+        steps = row["selection"]["source_car_steps"]
+        row["selection"]["source_real_time_s"] = steps * dt if steps is not None and dt is not None else None
+        rows[name] = row
     collect = collect_cost(man, dt, read_json(metrics_dir / "collect.json", missing))
     direct = direct_cost(read_json(t_dir / "direct.json", missing), evals.get("direct"), dt)
     experiments = read_experiments(metrics_dir / "experiments")

@@ -111,3 +111,25 @@ def prediction_source(name: str, d: Path, train: dict | None, families: list[str
     if isinstance(fam, str) and fam in families:
         return fam
     return models.get(name)
+
+
+def selected_row(row: Mapping[str, Any], ev: Mapping[str, Any] | None, train: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """With train.seed_selection 'source': the row of the one seed chosen in the source simulator,
+    its quality from that seed's runs only (the same runs as every seed's), and the selection's
+    source cost (car steps; the report converts them at the real-time rate). None otherwise."""
+    from s3.evaluate.suite import SUITE, summarise
+
+    sel = get(train, "seed_selection")
+    if get(sel, "in") != "source" or not ev or not ev.get("runs"):
+        return None
+    seed = get(sel, "selected_seed")
+    runs = [r for r in ev["runs"] if r.get("seed") == seed]
+    one = {**ev, "summary": {SUITE: summarise(runs, [], CONDITIONS)[SUITE]}}
+    steps = [num(get(s, "source", "car_steps")) for s in get(sel, "seeds") or []]
+    return {
+        **row,
+        "kind": "selected",
+        "policy": policy_columns(one),
+        "quality": {"score": quality_score(policy_columns(one)), "rank": None},
+        "selection": {"seed": seed, "rule": get(sel, "rule"), "source_car_steps": None if None in steps or not steps else sum(steps)},
+    }

@@ -19,6 +19,15 @@ def test_repo_params_file_is_valid() -> None:
     assert p.collect.episodes * p.collect.episode_steps >= 150_000
 
 
+def test_the_paper_params_differ_only_in_the_seeds() -> None:
+    """params_paper.yaml is params.yaml at paper size: 10 seeds, one seed run per core; nothing else moves."""
+    base, paper = load_params(ROOT / "params.yaml").model_dump(), load_params(ROOT / "params_paper.yaml").model_dump()
+    assert paper["train"]["seeds"] == 10 and base["train"]["seeds"] == 3 and paper["train"]["seed_workers"] == 0
+    for key in ("seeds", "seed_workers"):
+        paper["train"].pop(key), base["train"].pop(key)
+    assert paper == base
+
+
 def test_overrides_reach_nested_sections() -> None:
     p = load_params(None, ["collect.episodes=12", "collect.driver.event_rate=0.5", "seed=7"])
     assert (p.collect.episodes, p.collect.driver.event_rate, p.seed) == (12, 0.5, 7)

@@ -40,3 +40,24 @@ def test_bench_sim_prints_one_json_object() -> None:
     assert out["control_steps_per_s"] > 0
     assert abs(out["realtime_factor"] - out["control_steps_per_s"] * out["control_dt"]) < 1e-6 * out["realtime_factor"]
     assert out["substeps"] == round(out["control_dt"] / out["timestep"])
+
+
+def test_evaluate_takes_any_racing_csv(tmp_path: Path, monkeypatch) -> None:
+    """`s3 evaluate --track my.csv`: the pid laps a user's circuit, nominal and with ice placed by the rule."""
+    import shutil
+    from importlib import resources
+
+    with resources.as_file(resources.files("s3.tracks") / "data" / "short.csv") as src:
+        shutil.copyfile(src, tmp_path / "my_circuit.csv")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("S3_MLFLOW", "0")
+    args = ["evaluate", "--family", "pid", "--track", "my_circuit.csv", "--set", "evaluate.start_fractions=[0.0]", "--set", "evaluate.workers=1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    ev = json.loads((tmp_path / "metrics/eval/pid.json").read_text())
+    assert set(ev["summary"]) == {"suite", "my_circuit"} and ev["suite"]["my_circuit"]["spec"] == "my_circuit.csv"
+    assert ev["summary"]["my_circuit"]["nominal"]["completion_rate"]["estimate"] == 1.0
+    ice = [r for r in ev["runs"] if r["condition"] == "ice"]
+    assert len(ice) == 1 and ice[0]["patches_attempted"] >= 3  # the rule's patches lie on the lap
+    missing = CliRunner().invoke(app, ["evaluate", "--family", "pid", "--track", "nowhere.csv"])
+    assert missing.exit_code == 2 and "nowhere.csv: no such file" in missing.output

@@ -132,15 +132,42 @@ def test_cli_exit_codes(ws: Path) -> None:
     assert r.exit_code == 1 and "one_step_rmse.vx" in r.output and "REGRESSION" in r.output
 
 
-def test_against_a_git_ref(ws: Path) -> None:
+def _commit_metrics(ws: Path) -> None:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     for cmd in (["init", "-q"], ["add", "metrics"], ["commit", "-qm", "baseline"]):
         subprocess.run(["git", *cmd], cwd=ws, check=True, env=env)
+
+
+def test_against_a_git_ref(ws: Path) -> None:
+    _commit_metrics(ws)
     p = RegressParams()
     assert run_check(ws, p, ref="HEAD")[0]
     _write(ws, "metrics/distill/ddm.json", _distill_metrics(fde=1.0))
     ok, text = run_check(ws, p, ref="HEAD")
     assert not ok and "git ref HEAD" in text
+
+
+def test_a_baseline_without_the_quality_keys_says_so(ws: Path) -> None:
+    """Committed metrics in the layout before the evaluation suite (summary.<condition>.completion_rate, no
+    estimates) hold none of the judged quality keys: no crash, and the summary and its verdict line say the
+    policy quality was not judged rather than passing silently. The other way round, the keys are missing."""
+    old_layout = {"summary": {"nominal": {"completion_rate": 1.0, "lap_time_s": {"mean": 120.0, "ci95": [119.0, 121.0], "n": 12}}}}
+    _write(ws, "metrics/eval/ddm.json", old_layout)
+    _commit_metrics(ws)
+    p = RegressParams()
+    for now in (old_layout, _eval(0.0, None)):  # the old layout again, or a new one (even a policy that laps no more)
+        _write(ws, "metrics/eval/ddm.json", now)
+        ok, text = run_check(ws, p, ref="HEAD")
+        assert ok, text
+        assert "policy quality NOT judged in 1 file(s): the baseline has none of summary.*.completion_rate.estimate" in text
+        assert "metrics/eval/ddm.json (an older metrics layout?" in text
+        assert text.splitlines()[-1] == "no regression against git ref HEAD: 9 checks in 1 file(s) within tolerance; policy quality not judged in 1 file(s)"
+    _write(ws, "metrics/eval/ddm.json", _eval(1.0, 120.0))
+    _commit_metrics(ws)
+    _write(ws, "metrics/eval/ddm.json", old_layout)
+    ok, text = run_check(ws, p, ref="HEAD")
+    assert not ok and "FAIL completion metrics/eval/ddm.json summary.road_course.nominal.lap_share.estimate: 1 -> missing/null" in text
+    assert "NOT judged" not in text
 
 
 def test_compare_reports_new_metrics_without_judging() -> None:

@@ -9,7 +9,9 @@ predictive errors (lower is better; the test-window errors of metrics/distill an
 probes' errors in metrics/eval) may grow by `error_growth_pct` % (plus `error_abs_floor`
 so that a zero baseline is not a hair trigger); completion rates and lap shares (higher is better)
 may drop by `completion_drop` (absolute); lap times may grow by `lap_time_growth_pct` %. A metric that
-became null (diverged) or disappeared is a regression; new metrics are reported, not judged.
+became null (diverged) or disappeared is a regression; new metrics are reported, not judged. A policy
+file whose baseline holds none of the quality keys (a baseline in an older metrics layout) is named
+in the summary and its verdict line: its completions, lap shares and lap times are not judged.
 """
 
 from __future__ import annotations
@@ -166,20 +168,34 @@ def compare(baseline: dict[str, dict[str, float | None]], current_files: dict[st
     return checks, new
 
 
-def summary(checks: list[Check], new: list[str], against: str, verbose: bool = False) -> str:
-    """A readable report: failures first, one line each, then one verdict line."""
+def unjudged_quality(baseline: dict[str, dict[str, float | None]], current_files: dict[str, dict[str, Any]], p: RegressParams) -> list[str]:
+    """The policy files (of the baseline or the workspace) whose baseline has none of the quality keys:
+    their completions, lap shares and lap times are not judged (e.g. a baseline in an older layout)."""
+    files = {f for f in (*baseline, *current_files) if any(fnmatch.fnmatchcase(f, pat) for pat in p.policy_files)}
+    return sorted(f for f in files if not any(_kind(f, k, p) in ("completion", "lap_time") for k in baseline.get(f, {})))
+
+
+def summary(checks: list[Check], new: list[str], against: str, verbose: bool = False, unjudged: list[str] | None = None,
+            quality_keys: list[str] | None = None) -> str:  # fmt: skip
+    """A readable report: failures first, one line each, then one verdict line (which names unjudged policy files)."""
     bad = [c for c in checks if not c.ok]
     lines = [c.line() for c in bad]
     if verbose:
         lines += [c.line() for c in checks if c.ok]
     if new:
         lines.append(f"{len(new)} metric(s) not in the baseline (not judged), e.g. {new[0]}")
+    caveat = ""
+    if unjudged:
+        keys = ", ".join(quality_keys or ["the quality keys"])
+        lines.append(f"policy quality NOT judged in {len(unjudged)} file(s): the baseline has none of {keys} for {', '.join(unjudged)} "
+                     "(an older metrics layout? record a baseline with `s3 regress --record`, or compare with a ref whose metrics have them)")  # fmt: skip
+        caveat = f"; policy quality not judged in {len(unjudged)} file(s)"
     files = len({c.file for c in checks})
     if bad:
         worst = {c.file for c in bad}
-        lines.append(f"REGRESSION against {against}: {len(bad)} of {len(checks)} checks failed in {len(worst)} of {files} file(s)")
+        lines.append(f"REGRESSION against {against}: {len(bad)} of {len(checks)} checks failed in {len(worst)} of {files} file(s){caveat}")
     else:
-        lines.append(f"no regression against {against}: {len(checks)} checks in {files} file(s) within tolerance")
+        lines.append(f"no regression against {against}: {len(checks)} checks in {files} file(s) within tolerance{caveat}")
     return "\n".join(lines)
 
 
@@ -199,4 +215,5 @@ def run_check(root: Path, p: RegressParams, baseline: Path | None = None, ref: s
     if not base:
         raise FileNotFoundError(f"no tracked metrics in the baseline ({against})")
     checks, new = compare(base, current, p)
-    return all(c.ok for c in checks), summary(checks, new, against, verbose)
+    unjudged = unjudged_quality(base, current, p)
+    return all(c.ok for c in checks), summary(checks, new, against, verbose, unjudged, p.completion_keys + p.lap_time_keys)

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-all lint bench clean pipeline quick ui flow mlflow-ui nightly
+.PHONY: install run test test-all lint bench clean pipeline quick ui flow mlflow-ui nightly ablation graded
 
 # torch first, pinned to the CPU build: letting a later package pull torch would fetch CUDA.
 $(STAMP): pyproject.toml
@@ -43,6 +43,16 @@ pipeline: run  ## the same as `make run`
 quick: install  ## smoke run: the pipeline on params_quick.yaml in a scratch workspace
 	$(BIN)/python -m s3.platform.workspace params_quick.yaml $(QUICK_DIR)
 	cd $(QUICK_DIR) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/dvc repro
+
+# The study's experiment sets (docs/study.md): each variant in its own workspace under $(STUDY_DIR),
+# results in metrics/experiments/<set>/; a finished variant is skipped, a killed one resumes.
+STUDY_DIR ?= /tmp/s3-study
+
+ablation: install  ## claim 4: friction diversity x surface labels, ddm, K = 2 (about an hour on 2 cores)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/s3 study run ablation --root $(STUDY_DIR)
+
+graded: install  ## claim 3: ddm and transformer of graded accuracy (fewer epochs), K = 2 (about an hour on 2 cores)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/s3 study run graded --root $(STUDY_DIR)
 
 ui: install  ## Prefect server + dashboard on http://127.0.0.1:$(PREFECT_PORT) (SQLite in $$PREFECT_HOME)
 	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)

@@ -1,0 +1,150 @@
+"""The experiment sets (s3.platform.study): the set files validate, bad names and keys stop with one
+line, --dry-run lists the commands, the result file has exactly the report's keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from s3.cli import app
+from s3.platform.study import RESULT_KEYS, StudyError, check_study, check_variant, load_study, run_study, seed_rollouts, write_result
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _study(tmp_path: Path, variants: dict, base: str = "params.yaml", overrides: dict | None = None) -> Path:
+    f = tmp_path / "tiny.yaml"
+    f.write_text(yaml.safe_dump({"base": str(ROOT / base), "overrides": overrides or {}, "variants": variants}))
+    return f
+
+
+@pytest.mark.parametrize("name", ["ablation", "graded"])
+def test_the_sets_validate(name: str) -> None:
+    study = load_study(name, ROOT)
+    params = check_study(study)  # every key exists, the params validate, only named keys change
+    for v in study.variants.values():
+        assert params[v.name].train.seeds == 2 and v.overrides["train.seeds"] == 2
+        assert params[v.name].model_of(v.policy) == v.family
+
+
+def test_the_ablation_variants_are_the_reports() -> None:
+    study = load_study("ablation", ROOT)
+    assert list(study.variants) == ["narrow_blind", "diverse_blind", "narrow_labelled", "diverse_labelled"]
+    p = check_study(study)
+    assert {v.family for v in study.variants.values()} == {"ddm"}
+    for name, params in p.items():
+        labelled = name.endswith("_labelled")
+        assert params.distill.use_friction_label is labelled and params.train.env.surface_label is labelled
+        narrow = name.startswith("narrow")
+        assert (params.collect.ice_episode_fraction < 0.5) is narrow
+        assert (params.train.tracks.procedural.patch_mu_max - params.train.tracks.procedural.patch_mu_min < 0.2) is narrow
+    # the labels are the only difference within a friction distribution
+    assert p["narrow_blind"].collect == p["narrow_labelled"].collect and p["diverse_blind"].train.tracks == p["diverse_labelled"].train.tracks
+
+
+def test_unknown_variant_and_set_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(StudyError, match=r"graded: no variant 'nope' \(variants: ddm_e1"):
+        load_study("graded", ROOT).pick(["nope"])
+    with pytest.raises(StudyError, match=r"no study 'nope' in studies/ \(sets: ablation, graded\)"):
+        load_study("nope", ROOT)
+    result = CliRunner().invoke(app, ["study", "run", "graded", "--variant", "nope", "--dry-run", "--results", str(tmp_path)])
+    assert result.exit_code == 2
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "no variant 'nope'" in lines[0], result.output
+
+
+def test_bad_overrides_are_refused(tmp_path: Path) -> None:
+    def check(overrides: dict) -> None:
+        study = load_study(_study(tmp_path, {"v": {"family": "ddm", "overrides": overrides}}))
+        check_variant(study, study.variants["v"])
+
+    with pytest.raises(StudyError, match="distill.max_epoch: no such key in Params"):
+        check({"distill.max_epoch": 2})
+    with pytest.raises(StudyError, match="collect.episodes: Input should be greater than or equal to 1"):
+        check({"collect.episodes": 0})
+    # a partial train.tracks.procedural takes the class defaults, not train's: refused until named
+    with pytest.raises(StudyError, match=r"train.tracks.procedural.patch_length_max changes \(100.0 -> 80.0\) though no override names it"):
+        check({"train.tracks.procedural.patch_mu_max": 0.5})
+    check({"train.per_policy.ddm.max_env_steps": 1000})  # a per-policy key is a key of train
+    study = load_study(_study(tmp_path, {"v": {"family": "ddm", "policy": "oracle"}}))
+    with pytest.raises(StudyError, match="policy 'oracle' trains in 'dytr', not 'ddm'"):
+        check_variant(study, study.variants["v"])
+
+
+def test_dry_run_lists_the_commands_and_skips_finished_variants(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    (results / "graded").mkdir(parents=True)
+    (results / "graded" / "ddm_e1.json").write_text("{}")
+    args = ["study", "run", "graded", "--dry-run", "--root", str(tmp_path / "ws"), "--results", str(results)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "graded/ddm_e1 [skip" in out and "graded/ddm_e3 [run]" in out
+    for v in ("ddm_e1", "ddm_e3", "ddm_e6"):
+        assert f"cd {tmp_path / 'ws' / 'graded' / v} && dvc repro evaluate@ddm" in out
+    assert "dvc repro evaluate@transformer" in out and "--set distill.max_epochs=4" in out
+    assert not (tmp_path / "ws").exists()  # nothing was made
+    forced = CliRunner().invoke(app, [*args, "--force", "--variant", "ddm_e1"])
+    assert "graded/ddm_e1 [run]" in forced.output and "ddm_e3" not in forced.output
+
+
+def test_result_file_has_exactly_the_reports_keys(tmp_path: Path) -> None:
+    study = load_study("ablation", ROOT)
+    v = study.variants["diverse_blind"]
+    ws = tmp_path / "ws"
+    metrics = {"distill": ("distill", "ddm", {"family": "ddm", "rollout": {"all": {"ade_1s": 0.1}}}),
+               "eval": ("eval", "ddm", {"summary": {"suite": {}}}), "train": ("train", "ddm", {"policy": "ddm"})}  # fmt: skip
+    for folder, name, body in metrics.values():
+        (ws / "metrics" / folder).mkdir(parents=True, exist_ok=True)
+        (ws / "metrics" / folder / f"{name}.json").write_text(json.dumps(body))
+    (ws / "metrics/eval/pid.json").write_text("{}")  # not the variant's: ignored
+    out = write_result(ws, v, tmp_path / "res" / "ablation" / "diverse_blind.json")
+    got = json.loads(out.read_text())
+    assert tuple(got) == RESULT_KEYS
+    assert got["params"] == v.overrides and got["params"]["distill.use_friction_label"] is False
+    for key, (_, _, body) in metrics.items():
+        assert got[key] == body
+    (ws / "metrics/train/ddm.json").unlink()
+    with pytest.raises(StudyError, match="metrics/train/ddm.json"):
+        write_result(ws, v, tmp_path / "res" / "x.json")
+
+
+def test_rollouts_are_seeded_only_from_a_matching_collection(tmp_path: Path) -> None:
+    from s3.data.collect import data_key
+
+    study = load_study(_study(tmp_path, {"v": {"family": "ddm"}}, base="params_quick.yaml"))
+    params = check_variant(study, study.variants["v"])
+    other, same = tmp_path / "other", tmp_path / "same"
+    for donor, key in ((other, "0" * 16), (same, data_key(params))):
+        (donor / "data/rollouts").mkdir(parents=True)
+        (donor / "data/rollouts/manifest.json").write_text(json.dumps({"collect_key": key, "episodes_lost": 0}))
+        (donor / "data/rollouts/shard-00000.parquet").write_bytes(b"x")
+    (same / "metrics").mkdir()
+    (same / "metrics/collect.json").write_text('{"wall_seconds_total": 1.0}')
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert seed_rollouts(ws, params, [other, same]) == same
+    assert (ws / "data/rollouts/shard-00000.parquet").exists() and (ws / "metrics/collect.json").exists()
+    assert seed_rollouts(ws, params, [same]) is None  # a workspace with rollouts keeps its own
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_tiny_variant_end_to_end(tmp_path: Path) -> None:
+    """One variant on params_quick.yaml through `dvc repro evaluate@ddm` in its own workspace (~2-3 min on 2 cores)."""
+    f = _study(tmp_path, {"tiny_blind": {"family": "ddm", "overrides": {"distill.use_friction_label": False}}}, base="params_quick.yaml")
+    results = tmp_path / "results"
+    run_study(f, root=tmp_path / "ws", results=results, project=ROOT, share_cache=False)
+    got = json.loads((results / "tiny" / "tiny_blind.json").read_text())
+    assert tuple(got) == RESULT_KEYS
+    assert got["params"] == {"distill.use_friction_label": False}
+    assert got["distill"]["family"] == "ddm" and got["distill"]["uses_friction_label"] is False
+    assert got["train"]["policy"] == "ddm" and got["eval"]
+    lock = (tmp_path / "ws" / "tiny" / "tiny_blind" / "dvc.lock").read_text()
+    assert "distill@ddm" in lock and "evaluate@ddm" in lock and "distill@transformer" not in lock
+    steps = run_study(f, root=tmp_path / "ws", results=results, project=ROOT, share_cache=False)  # finished: skipped
+    assert [s.skip for s in steps] == [True]

@@ -4,6 +4,7 @@
     correlation_lines(report), cost_lines(report)    one line per error metric; the costs behind the efficiency table
     report_table(report), efficiency_table(report)   the same tables for the console (rich)
     markdown(report, figures, reports_dir)           reports/report.md
+    readme_table(report), replace_readme_block(...)  the README's generated results block (`s3 report --readme`)
 
 Rendering reads only the report dict (metrics/report.json), never the files it was built from;
 markdown() leaves out when and where the report was generated, so the same metrics give the
@@ -20,7 +21,7 @@ from typing import Any
 from rich.table import Table
 
 from s3.evaluate.report_cost import DASH, duration
-from s3.evaluate.report_rows import CORRELATED, ERROR_METRICS
+from s3.evaluate.report_rows import CONDITIONS, CORRELATED, ERROR_METRICS
 
 
 def _f(x: Any, digits: int = 2) -> str:
@@ -206,3 +207,53 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
     if report["missing"]:
         parts += ["## Not measured (inputs missing)", "\n".join(f"- `{m}`" for m in report["missing"])]
     return "\n\n".join(parts) + "\n"
+
+
+README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
+README_COLUMNS = ("policy", "laps nominal % (n seeds/runs)", "laps ice % (n seeds/runs)", "lap share nominal %", "lap share ice %",
+                  "lap time nominal s (n laps)", "lap time ice s (n laps)")  # fmt: skip
+
+
+def readme_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    """Per policy over the evaluation suite: completion and lap share (mean over seeds [95 % interval]), lap time (n laps)."""
+    out = []
+    for name, r in report["rows"].items():
+        pol = r.get("policy") or {}
+        cells = []
+        for key in ("completion_rate", "lap_share"):
+            cells += [_share({key: None, **(pol.get(c) or {})}, key) for c in CONDITIONS]
+        cells += [_lap({"lap_time_s": None, **(pol.get(c) or {})}) for c in CONDITIONS]
+        out.append([name, *cells])
+    return out
+
+
+def readme_table(report: Mapping[str, Any]) -> str:
+    """The README's results block, from metrics/report.json alone (the same report, the same text): the policies'
+    quality over the evaluation suite, then the paper's claims with effect, interval, n and verdict."""
+    return "\n\n".join([
+        "Per policy, every training seed on the evaluation suite (every circuit, four starts each): laps completed and lap "
+        "share as the mean over seeds [95 % two-level bootstrap interval], n = seeds / runs; lap time over the completed laps, n = laps.",
+        _md_table(README_COLUMNS, readme_rows(report)),
+        "The paper's claims (two-sided 95 %, verdict rule fixed in advance; at K = 3 seeds per policy a verdict is provisional: "
+        "[docs/statistics.md](docs/statistics.md)):",
+        _md_table(CLAIM_COLUMNS, claim_rows(report)) if report.get("claims") else "(no claim rows in this report)",
+    ])  # fmt: skip
+
+
+def replace_readme_block(text: str, block: str) -> str:
+    """`text` with everything between README_BEGIN and README_END replaced by `block` (the markers stay; the rest is
+    untouched). ValueError when the markers are missing, repeated or out of order."""
+    if text.count(README_BEGIN) != 1 or text.count(README_END) != 1 or text.index(README_BEGIN) > text.index(README_END):
+        raise ValueError(f"needs exactly one {README_BEGIN} ... {README_END} block")
+    head, rest = text.split(README_BEGIN)
+    _, tail = rest.split(README_END)
+    return f"{head}{README_BEGIN}\n{block.strip()}\n{README_END}{tail}"
+
+
+def readme_block(text: str) -> str | None:
+    """What stands between the markers (stripped), or None without a well-formed block."""
+    try:
+        replace_readme_block(text, "")
+    except ValueError:
+        return None
+    return text.split(README_BEGIN)[1].split(README_END)[0].strip()

@@ -62,7 +62,8 @@ def test_same_inputs_give_the_same_bytes(tmp_path: Path, monkeypatch: pytest.Mon
     second = _pipeline(tmp_path / "b", 2, monkeypatch)
     expected = {"data/rollouts/manifest.json", "data/rollouts/shard-00000.parquet", "models/bicycle/model.json",
                 "models/bicycle/model.safetensors", "policies/bicycle/policy.onnx", "policies/bicycle/policy.json",
-                "policies/bicycle/policy.safetensors", "plots/train/bicycle.png", "plots/collect/sample_episodes.png"}  # fmt: skip
+                "policies/bicycle/policy.safetensors", "plots/train/bicycle.png", "plots/collect/sample_episodes.png",
+                "policies/bicycle/checkpoints/index.json", "policies/bicycle/checkpoints/1024.safetensors"}  # fmt: skip
     assert expected <= set(first), sorted(first)
     assert set(first) == set(second)
     assert [f for f in first if first[f] != second[f]] == []

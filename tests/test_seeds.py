@@ -59,6 +59,10 @@ def test_best_seed_is_kept_with_every_candidate_beside_it(two_seeds) -> None:
     assert (root / "plots" / f"{NAME}.png").read_bytes() == (final / "seeds" / f"seed{best}" / "learning_curve.png").read_bytes()
     assert (final / "seeds" / f"seed{3 - best}" / "learning_curve.png").stat().st_size > 0
     assert not (root / "policies" / CANDIDATES).exists()
+    # only the first seed (train.seed) keeps its chunks' checkpoints (s3.rl.checkpoints), and they moved with it
+    assert (final / "seeds" / "seed1" / "checkpoints" / "index.json").exists() and not (final / "seeds" / "seed2" / "checkpoints").exists()
+    assert summary["checkpoints"]["folder"] == "seeds/seed1/checkpoints" and summary["checkpoints"]["seed"] == 1
+    assert [p["env_steps"] for p in summary["checkpoints"]["points"]] == [128 * 16 * 8, 128 * 16 * 16]
 
 
 def test_each_seed_logs_into_a_run_nested_under_the_policy_run(two_seeds) -> None:

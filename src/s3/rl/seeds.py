@@ -20,7 +20,8 @@ dynamics model and validation tracks are unchanged is reused rather than retrain
 with the wall clock and run id that policy.json leaves out, is seed<k>.summary.json beside it).
 When all are done, the winner is copied into <out_dir>/<name>/ (its policy.json gains
 "seed_selection", without wall clocks or run ids), every candidate (with its learning_curve.png)
-moves to <out_dir>/<name>/seeds/seed<k>/, and the winner's curve becomes `plot_path`. The
+moves to <out_dir>/<name>/seeds/seed<k>/ (the first seed's with its chunks' checkpoints,
+checkpoints/, s3.rl.checkpoints), and the winner's curve becomes `plot_path`. The
 returned summary's `seed_selection.rl_wall_s` is the policy's RL wall clock: this call's, or,
 when finished candidates were reused, their own train walls run side by side in rounds of
 `seed_workers`, plus the selection (null when a reused candidate's own time is not known: one
@@ -202,4 +203,6 @@ def train_seeds(
         rl_wall = None if None in walls else -(-len(runs) // workers) * max(walls) + (time.perf_counter() - t_select)
     timing = {"wall_s": round(wall, 1), "rl_wall_s": None if rl_wall is None else round(rl_wall, 1),
               "reused_seeds": sorted(set(results) - {p.seed for p in todo}), "workers": workers}  # fmt: skip
-    return {**results[best], "seed_selection": {**selection, **timing}}
+    first = results[params.seed].get("checkpoints")  # only the first seed keeps its chunks' checkpoints (s3.rl.checkpoints)
+    kept = {"checkpoints": {**first, "folder": f"seeds/seed{params.seed}/checkpoints", "seed": params.seed}} if first else {}
+    return {**{k: v for k, v in results[best].items() if k != "checkpoints"}, **kept, "seed_selection": {**selection, **timing}}

@@ -6,6 +6,8 @@
     train_policy_curve(...the same...) -> (summary, learning curve)
 writes
     <out_dir>/<family>/policy.safetensors, policy.onnx, policy.json   (see s3.rl.export)
+    <out_dir>/<family>/checkpoints/                                   every chunk's actor (s3.rl.checkpoints; with
+                                                                      several seeds, the first seed's only)
     <plots_dir>/<family>.png                                          (learning curve)
     <metrics_dir>/<family>.json                                       (if metrics_dir is given)
 MLflow: given `run` (an s3.platform.tracking.Run), training logs into it its params (`family`,
@@ -47,6 +49,7 @@ from s3 import __version__
 from s3.dynamics.base import DynamicsModel
 from s3.io import json_safe, write_json_atomic
 from s3.platform.tracking import Run
+from s3.rl.checkpoints import write_checkpoints
 from s3.rl.env import DistilledEnv, resolve_device
 from s3.rl.export import as_callable, deployable, save_policy
 from s3.rl.loop import Hooks, NonFiniteUpdate, PPOTrainer, StepBudget, train_loop
@@ -272,6 +275,14 @@ def _train(
     }
     meta = json_safe(meta)
     save_policy(folder, actor, critic, meta)
+    kept_chunks = None
+    if validation_seed == params.seed:  # the first seed (or a lone run) keeps every chunk's checkpoint (s3.rl.checkpoints)
+        write_checkpoints(folder, choice.checkpoints, meta)
+        kept_chunks = {
+            "folder": "checkpoints",
+            "points": [{k: c[k] for k in ("iteration", "env_steps", "wall_s")} for c in choice.checkpoints],
+            "ppo_steps_per_s": meta["train"]["ppo_steps_per_s"],
+        }
     resume_file.unlink(missing_ok=True)  # the policy is written: nothing left to resume
     try:
         resume_file.parent.rmdir()
@@ -297,7 +308,10 @@ def _train(
     say(
         f"train {family}: kept iteration {best['iteration']} (val {best['score']:.3f}); road course nominal: {road['reason']} {road['lap_time_s']} s; {wall:.0f} s -> {folder}"
     )
-    return {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}, curve
+    summary = {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
+    if kept_chunks is not None:  # their wall clocks (train clock at each chunk's end), which the byte-stable index leaves out
+        summary["checkpoints"] = kept_chunks
+    return summary, curve
 
 
 def train(

@@ -153,7 +153,7 @@ def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iter
 
 def read_experiments(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
     """{set: {variant: {"distill": metrics/distill dict, "eval": metrics/eval dict, "params": ...}}} from
-    metrics/experiments/<set>/<variant>.json (s3 study collect writes them; absent = not run)."""
+    metrics/experiments/<set>/<variant>.json (`s3 study run` writes them; absent = not run)."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     if not folder.is_dir():
         return out

@@ -19,8 +19,8 @@ One step (control period dt of the model):
 then the task (s3.task) observes the car, rewards the step (named terms, logged as
 extras["log"]["reward/<term>"]) and ends it: by default by the env params' training rules
 (`EndRules.training`), or by the rules passed as `ends` (evaluation passes its judging rules).
-A model output that is non-finite or absurd (|(vx, vy)| > max_speed or |yaw rate| >
-max_yaw_rate) is never propagated: the car keeps its previous state, gets zero reward, ends as
+A model output that is non-finite or absurd (|(vx, vy)| > max_speed, |yaw rate| > max_yaw_rate
+or |steer| > max_steer) is never propagated: the car keeps its previous state, gets zero reward, ends as
 "model_invalid" and is counted (`invalid_model_steps`, extras["log"]["Env/model_invalid"]). The
 time limit is reported in extras["time_outs"] (rsl_rl bootstraps it) and is not a failure.
 Finished cars are reset in place (auto-reset) and the returned observation is the first of their
@@ -241,6 +241,7 @@ class DistilledEnv(TaskVecEnv):
         invalid = ~torch.isfinite(s1).all(dim=1)
         invalid |= torch.hypot(s1[:, 0], s1[:, 1]) > p.max_speed
         invalid |= s1[:, 2].abs() > p.max_yaw_rate
+        invalid |= s1[:, 3].abs() > p.max_steer
         s1 = torch.where(invalid[:, None], s0, s1)  # never propagate a broken prediction
         pose = integrate_pose(self.pose, s0, s1, self.dt)
         ds = self.observer.observe(pose, s1, cmd, frozen=invalid)

@@ -131,9 +131,10 @@ class PPOTrainer:
         bad = sorted(k for k, v in losses.items() if v is not None and not math.isfinite(float(v)))
         if bad:
             raise NonFiniteUpdate(self.iteration, f"loss ({', '.join(bad)})")
-        for name in ("actor", "critic"):
-            if not all(bool(torch.isfinite(p).all()) for p in getattr(self.alg, name).parameters()):
-                raise NonFiniteUpdate(self.iteration, f"loss ({name} weights became non-finite)")
+        for name in ("actor", "critic"):  # the weights and the buffers (the observation normalizer's mean and variance)
+            module = getattr(self.alg, name)
+            if not all(bool(torch.isfinite(p).all()) for p in (*module.parameters(), *module.buffers()) if p.is_floating_point()):
+                raise NonFiniteUpdate(self.iteration, f"loss ({name} weights or normalizer became non-finite)")
 
     @torch.inference_mode()
     def restart(self, ids: torch.Tensor) -> None:

@@ -56,6 +56,7 @@ class EnvParams(_Section):
     stall_distance: float = Field(2.0, gt=0.0, le=1000.0, description="metres of progress that restart the stall clock")
     max_speed: float = Field(80.0, gt=1.0, le=1000.0, description="|(vx, vy)| above this is an absurd model output")
     max_yaw_rate: float = Field(15.0, gt=0.1, le=1000.0, description="|yaw rate| above this is an absurd model output")
+    max_steer: float = Field(1.5, gt=0.1, le=10.0, description="|steer| (road-wheel angle, rad) above this is an absurd model output")
     init_speed_min: float = Field(0.0, ge=0.0, le=60.0, description="initial speed range (m/s)")
     init_speed_max: float = Field(15.0, ge=0.0, le=60.0)
     init_lateral: float = Field(0.5, ge=0.0, le=1.0, description="initial lateral offset as a fraction of the half width")

@@ -5,6 +5,8 @@
   repository. Links to generated outputs (reports/report.md, plots/..., metrics/...) are allowed
   only where dvc.yaml declares that path (or a folder above it) as a stage's `outs`, `metrics`
   or `plots`, so the allowance names exactly what the pipeline writes.
+- The README's results block is generated (`s3 report --readme`, report_render.readme_table) and,
+  once metrics/report.json has the study's claim rows, equals what that report renders.
 """
 
 from __future__ import annotations

@@ -29,10 +29,11 @@ bound: `not_reached_within_s`, direct's budget or the distilled route's last che
 The time axis, reproducible from the recorded throughputs rather than from each chunk's clock:
 - direct: t = env_steps / env_steps_per_s (metrics/train/direct.json: env steps over its whole wall
   clock, worker start, validation and export included);
-- distilled: t = offset + env_steps / ppo_steps_per_s (metrics/train/<name>.json; the seeds trained
-  side by side, so the first seed's clock is the route's), offset = the one-time collection
-  (metrics/collect.json wall_seconds_total) + distillation of its model (metrics/distill/<model>.json
-  total_wall_s). Validation and export time of the distilled training is left out.
+- distilled: t = offset + env_steps / ppo_steps_per_s (metrics/train/<name>.json: the first seed's
+  under "checkpoints", else the kept seed's; the seeds trained side by side, so the first seed's
+  clock is the route's), offset = the one-time collection (metrics/collect.json wall_seconds_total)
+  + distillation of its model (metrics/distill/<model>.json total_wall_s). The distilled training's
+  validation and export time is left out.
 For a real-time source (a simulator that runs at 1x per worker, e.g. BeamNG), as in
 s3.evaluate.report_cost: direct t = env_steps x control_dt / workers (simulation alone, PPO updates not
 counted: a lower bound), collection = rows x control_dt / collect workers (rows: metrics/distill);
@@ -235,7 +236,8 @@ def distilled_route(name: str, params: Any, policies_dir: Path, metrics_dir: Pat
     seed = params.train.for_policy(name).seed
     m = _read(metrics_dir / "train" / f"{name}.json")
     dist = _read(metrics_dir / "distill" / f"{model}.json")
-    rate, distill_s = _num(m, "train", "ppo_steps_per_s"), _num(dist, "total_wall_s")
+    rate = _num(m, "checkpoints", "ppo_steps_per_s")  # the first seed's (the seeds trained side by side), else the kept seed's
+    rate, distill_s = rate if rate is not None else _num(m, "train", "ppo_steps_per_s"), _num(dist, "total_wall_s")
     offset, offset_rt = _add(collect["wall_s"], distill_s), _add(collect["real_time_s"], distill_s)
     folder = checkpoint_folder(policies_dir, name, seed)
     entries, driven, why = _drive_route(folder, tracks, params, starts, workers) if m is not None else ([], [], f"no {metrics_dir / 'train' / name}.json")

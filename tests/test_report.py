@@ -319,3 +319,18 @@ def test_spearman_p_value_is_exact_for_four_families() -> None:
     swapped = spearman(errors, {"bicycle": 4.0, "ddm": 3.0, "transformer": 2.0, "dytr": 1.0})
     assert swapped["rho"] == pytest.approx(0.8)
     assert swapped["p_value"] == pytest.approx(8 / 24)  # |rho| >= 0.8: each order, its reverse, and their 3 adjacent swaps
+
+
+def test_direct_budget_rule_and_the_claims_verdicts(ws: Path) -> None:
+    """The report checks direct's budget against the slowest family's route; claim 3 is judged by permuting models."""
+    rep = rp.build_report(ws / "metrics")
+    rule = rep["efficiency"]["direct_budget_rule"]
+    assert rule["distilled_route_s"]["dytr"] == 100.0 + 70.0 + 40.0 and rule["longest_route_s"] == 210.0  # collect + distill + RL
+    assert rule["budget_s"] == 300.0 and rule["met"] is True
+    claims = {c["claim"][0]: c for c in rep["claims"] if not c["claim"].startswith("2")}
+    three = claims["3"]  # four families in perfect order (lower error, more laps): rho -1, but the exact p is 2/24
+    assert three["effect"] == pytest.approx(-1.0) and three["detail"]["p_value"] == pytest.approx(2 / 24) and three["verdict"] == "cannot tell"
+    assert claims["1"]["verdict"] == "not run" and claims["4"]["verdict"] == "not run"  # no time-to-quality file, no ablation
+    two = [c for c in rep["claims"] if c["claim"].startswith("2")]
+    assert len(two) == 10 and all(c["verdict"] == "cannot tell" for c in two)  # identical smoothness in the fixture: zero effect
+    assert all(c["effect"] == 0.0 and c["n"] == "3 vs 3 seeds, 24 vs 24 runs" for c in two)

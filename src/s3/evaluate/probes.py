@@ -7,7 +7,7 @@ Test-window errors (metrics/distill) average over the driving the exploration dr
 do; a policy seeks out the states where its model is wrong and lives there. The probes drive a
 few fixed manoeuvres (cornering, braking, power on; on asphalt and on ice) from the same start
 for `SECONDS` in both worlds, on a wide open surface of uniform grip, and compare where the car
-ends up and whether it slid. Measured here (README, "Ice"): under steady steering with power on
+ends up and whether it slid. Measured here (reports/history.md): under steady steering with power on
 ice the source car spins, while models on the plain single-track physics held a steady slide, so
 a policy trained in them kept the power on where the source car turns round (hence
 `distill.combined_slip`).

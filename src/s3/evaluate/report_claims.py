@@ -16,9 +16,11 @@ this n). A claim whose inputs were not run says so ("not run") and has no verdic
    difference of the seed means with a two-level bootstrap interval (each policy's seeds
    resampled, then their runs).
 3. predictive accuracy predicts policy quality: Spearman rho of (ADE 2 s, quality) over models
-   (the families and the graded-accuracy variants), interval by a paired bootstrap over models,
-   p by permuting models (s3.evaluate.stats.model_correlation). Claimed direction: negative
-   (lower error, better policy). Quality = mean lap share over seeds, circuits and conditions.
+   (the families and the graded-accuracy variants), p by permuting models (exact; s3.evaluate.stats
+   .model_correlation), interval by a paired bootstrap over models (descriptive). Claimed direction:
+   negative (lower error, better policy); the verdict is the same rule read from the test: holds
+   when p < 0.05 with rho < 0, does not hold when p < 0.05 with rho > 0, cannot tell otherwise.
+   Quality = mean lap share over seeds, circuits and conditions.
 4. friction diversity without surface labels transfers better: from the ablation, the ice lap
    share of the policy trained with high friction diversity and no labels minus that with low
    diversity and no labels (two-level bootstrap over their seeds and runs).
@@ -118,7 +120,10 @@ def accuracy(rows: Mapping[str, Mapping[str, Any]], evals: Mapping[str, Mapping[
     statement = f"lower {HEADLINE_ERROR} goes with better policies (Spearman rho < 0 over models)"
     effect = {"estimate": res["rho"], "low": (res["ci95"] or [None, None])[0], "high": (res["ci95"] or [None, None])[1]}
     n = f"{len(points)} models ({len(graded)} graded-accuracy variants)"
-    status = "not run" if len(points) < 3 else None
+    # the test is the permutation of models (exact p): the bootstrap interval of rho over 3-6 models is descriptive only
+    # (a perfect order of 4 models gives [-1, -1] while its exact p is 2/24); the same rule, read from the test
+    p, rho = res["p_value"], res["rho"]
+    status = "not run" if len(points) < 3 else "cannot tell" if p is None or rho is None or p >= 0.05 else "holds" if rho < 0 else "does not hold"
     return _row("3 accuracy predicts quality", statement, -1, effect, n, {"p_value": res["p_value"], "models": points, "reason": res["reason"]}, status)
 
 

@@ -144,8 +144,15 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
         f"of one car, {duration(c['real_time_wall_s'])} with the same workers",
         *[f"distill {n}: {duration(m['distill_wall_s'])}" for n, m in eff["families"].items()],
         f"direct PPO in the source simulator: {d['text']}, {steps} env steps with {_f(d['workers'], 0)} workers "
-        f"({_f(d['real_time_factor_per_worker'], 1)}x real time per worker); at real time: {duration(d['real_time_wall_s'])}",
+        f"({_f(d['real_time_factor_per_worker'], 1)}x real time per worker); at real time: {duration(d['real_time_wall_s'])}; one seed (its budget is the machine's wall clock)",
+        _budget_line(eff.get("direct_budget_rule") or {}),
     ]
+
+
+def _budget_line(rule: Mapping[str, Any]) -> str:
+    """Whether direct's budget kept its rule on this run."""
+    verdict = {True: "met", False: "NOT met", None: "not checked (inputs missing)"}[rule.get("met")]
+    return f"direct's budget rule (>= the slowest family's collect + distill + every seed's RL): {duration(rule.get('budget_s'))} vs {duration(rule.get('longest_route_s'))}: {verdict}"
 
 
 def _table(title: str, columns: Iterable[str], rows: list[list[str]]) -> Table:

@@ -4,7 +4,7 @@ The budget is `max_env_steps` (6 M), so that a run gives the same policy however
 machine is; `max_minutes` is only a safety cap (a run it stops says so in `train.stopped_by`).
 With params.yaml (two seeds side by side) the four families take 24-25 minutes on two CPU cores,
 over the issue's 20. At 4 M they took 19, but dytr then scored lower on held-out procedural
-tracks and lost its road-course lap in its model (README, "A 4 M budget").
+tracks and lost its road-course lap in its model (docs/decisions/budgets.md).
 Every field is bounded; unknown keys are refused.
 """
 
@@ -200,8 +200,9 @@ class TrainParams(_Section):
         1,
         ge=1,
         le=64,
-        description="independent PPO runs per policy (seeds seed, seed+1, ...), each for the full budget; the one with the best "
-        "score on the held-out procedural validation tracks (one set, shared by all) is kept (see s3.rl.seeds). `direct` always runs one",
+        description="independent PPO runs per policy (seeds seed, seed+1, ...), each for the full budget: every one is kept and "
+        "evaluated (the unit of policy quality); policies/<name>/ also holds the one seed_selection picks, for export (s3.rl.seeds). "
+        "`direct` always runs one",
     )
     seed_selection: Literal["model", "source"] = Field(
         "model",

@@ -3,7 +3,7 @@
     source_scores(folders, root, tp) -> [summary per folder]      (summary["score"]: lap share)
 
 Why. In-model validation measures how a policy drives in its own distilled model, and a policy
-can learn to exploit that model. In the eighth run (README, "Seeds, chosen in the source") the
+can learn to exploit that model. In the eighth run (docs/decisions/seed-selection.md) the
 in-model score kept the seed that was worse in the source, on held-out procedural tracks, for
 three of the four learned policies. So the choice among seeds, whose weights are already
 trained only in the model, is made

@@ -25,6 +25,8 @@ bench_app = typer.Typer(no_args_is_help=True, help="Throughput benchmarks that p
 track_app = typer.Typer(no_args_is_help=True, help="Inspect tracks: the built-in road course or a CSV circuit.")
 app.add_typer(bench_app, name="bench")
 app.add_typer(track_app, name="track")
+study_app = typer.Typer(no_args_is_help=True, help="Experiment sets beside the default run: studies/<set>.yaml (docs/study.md).")
+app.add_typer(study_app, name="study")
 
 console = Console(stderr=True)
 
@@ -231,15 +233,23 @@ def report(
     metrics_dir: Annotated[Path, typer.Option(help="where metrics/distill, train and eval live")] = Path("metrics"),
     reports_dir: Annotated[Path, typer.Option(help="reports/report.md goes here")] = Path("reports"),
     plots_dir: Annotated[Path, typer.Option(help="the accuracy-vs-quality figure goes here")] = Path("plots/report"),
+    readme: Annotated[Path | None, typer.Option(help="also rewrite the results block of this file (README.md) from the report")] = None,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
 ) -> None:
     """Prediction accuracy vs policy quality, and the efficiency of distillation (metrics/report.json)."""
     from s3.evaluate.report import report as run_report
+    from s3.evaluate.report_render import README_BEGIN, README_END, readme_block, readme_table, replace_readme_block
+    from s3.io import write_text_atomic
 
     p = _params(params, set_)
     with _one_line_errors():
-        run_report(metrics_dir, reports_dir, plots_dir, _table_console(), families=list(p.families), models=p.models())
+        if readme is not None and (not readme.is_file() or readme_block(readme.read_text()) is None):
+            raise ParamsError(f"--readme {readme}: needs a file with one {README_BEGIN} ... {README_END} block")
+        rep = run_report(metrics_dir, reports_dir, plots_dir, _table_console(), families=list(p.families), models=p.models())
+        if readme is not None:
+            write_text_atomic(readme, replace_readme_block(readme.read_text(), readme_table(rep)))
+            console.print(f"results block -> {readme}", highlight=False)
 
 
 @app.command()
@@ -301,6 +311,33 @@ def holdout(
         print(json.dumps(result))
         return
     _table_console().print(_holdout_table(result))
+
+
+TTQ_METRICS, TTQ_PLOT = Path("metrics/time_to_quality.json"), Path("plots/time_to_quality.png")
+
+
+@app.command("time-to-quality")
+def time_to_quality(params: ParamsPath = Path("params.yaml"), set_: Overrides = None) -> None:
+    """Each route's time to a lap-completing policy: every kept checkpoint of direct and of each distilled policy's
+    first seed on one fixed hold-out set in the source simulator (metrics/time_to_quality.json, docs/time-to-quality.md)."""
+    from s3.evaluate.time_to_quality import time_to_quality as run
+
+    p = _params(params, set_)
+    with _one_line_errors():
+        if p.sim.backend != "mujoco":
+            raise ParamsError(
+                f"time-to-quality drives the checkpoints side by side in the embedded simulator: it needs sim.backend 'mujoco', not {p.sim.backend!r}"
+            )
+        result = run(p, POLICIES_DIR, Path("metrics"), TTQ_METRICS, TTQ_PLOT)
+    for name in p.policies():
+        r = result[name]
+        if r.get("missing"):
+            console.print(f"{name}: {r['missing']}", highlight=False)
+        elif r["t_to_quality_s"] is not None:
+            console.print(f"{name}: lap-completing after {r['t_to_quality_s']:.0f} s (real-time source {r['t_to_quality_real_time_s']:.0f} s)", highlight=False)
+        else:
+            console.print(f"{name}: not lap-completing within {r['not_reached_within_s'] or 0:.0f} s", highlight=False)
+    console.print(f"-> {TTQ_METRICS}, {TTQ_PLOT}", highlight=False)
 
 
 def _holdout_table(result: dict) -> object:
@@ -417,6 +454,26 @@ def track_show(
         save_figure(ax.figure, out)
         plt.close(ax.figure)
         console.print(f"plot -> {out}")
+
+
+@study_app.command("run")
+def study_run(
+    name: Annotated[str, typer.Argument(help="a set in studies/ (ablation, graded) or a study .yaml file")],
+    variant: Annotated[list[str] | None, typer.Option(help="only this variant (repeatable)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list the variants and their commands; run nothing")] = False,
+    force: Annotated[bool, typer.Option("--force", help="also run variants whose result file exists")] = False,
+    root: Annotated[Path, typer.Option(help="the workspaces: ROOT/<set>/<variant>")] = Path("/tmp/s3-study"),
+    results: Annotated[Path, typer.Option(help="the results: RESULTS/<set>/<variant>.json")] = Path("metrics/experiments"),
+) -> None:
+    """Run a set's variants, each in its own scratch workspace (dvc repro evaluate@<policy>), into metrics/experiments/<set>/."""
+    from s3.platform.study import StudyError, run_study
+
+    try:
+        with _one_line_errors():
+            run_study(name, variant, root=root, results=results, force=force, dry_run=dry_run, say=typer.echo)
+    except StudyError as e:
+        console.print(f"[red]error:[/red] {e}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
 
 
 def main() -> None:

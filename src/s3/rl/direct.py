@@ -4,12 +4,15 @@
 writes
     <out_dir>/direct/policy.safetensors, policy.onnx, policy.json   (s3.rl.export; loads with
                                                                     s3.evaluate.policy_driver.policy_factory)
+    <out_dir>/direct/checkpoints/                                   every chunk's actor (s3.rl.checkpoints; the
+                                                                    chunk's wall clock: the metrics' learning_curve)
     <plots_dir>/direct.png                                          (learning curve)
     <metrics_dir>/direct.json                                       (budget, throughput, curve, validation)
 
 This is the efficiency comparison: the same wall clock that one family spends on distill + train
-(`train.direct.budget_s`, ~600 s on two cores) spent on PPO in the slow source simulator instead.
-It drives the car it is evaluated in (`evaluate.driver_aids`: traction control and ABS, or none).
+(`train.direct.budget_s`: at least one family's collect + distill + train on the same machine)
+spent on PPO in the slow source simulator instead. It trains one seed: its budget is the machine's wall clock.
+It drives the one car every stage uses (`sim.driver_aids`: traction control and ABS, or none).
 Everything else is the distilled training's: reward, observation and terminations
 (s3.rl.source_env.SourceVecEnv mirrors DistilledEnv), PPO settings (train.ppo, except the rollout
 length `direct.num_steps_per_env`: a few dozen cars instead of a thousand), the track generator
@@ -24,9 +27,9 @@ iteration always runs, so a policy is written even when the budget is tiny.
 
 Validation runs in the source simulator (its own workers) on the same held-out procedural tracks
 and start grid as the distilled training, from rest, deterministic policy. Each episode ends at
-the lap, a failure, the lap-length / validation_min_speed clock, or after
-`direct.validation_seconds` of driving, whichever comes first; the score is the mean share of a
-lap driven (as in s3.rl.train, with that extra cap to keep the source-simulator validation cheap).
+the lap, a failure, or the lap-length / validation_min_speed clock (and, only if set,
+`direct.validation_seconds`), the distilled training's rule; the score is the mean share of a
+lap driven (as in s3.rl.train).
 The best-scoring checkpoint is kept (ties to the later one); a chunk that ran out of budget before
 its validation is not eligible. With `direct.validation: false` the last checkpoint is kept.
 
@@ -51,6 +54,7 @@ import torch
 from s3 import __version__
 from s3.io import json_safe, write_json_atomic
 from s3.platform.tracking import Run
+from s3.rl.checkpoints import add_checkpoint, clear
 from s3.rl.export import as_callable, deployable, save_policy
 from s3.rl.loop import Hooks, PPOTrainer, WallClockBudget, train_loop
 from s3.rl.ppo import Curve
@@ -73,7 +77,9 @@ def validate_source(actor: torch.nn.Module, env: SourceVecEnv, tracks: Sequence[
     ti, s = start_grid(tracks, params.tracks.validation_starts)
     policy = as_callable(deployable(actor, env.params.steer_full_speed).cpu(), bool(getattr(actor, "is_recurrent", False)))
     obs = env.reset_to(torch.as_tensor(ti), torch.as_tensor(s, dtype=torch.float32))["policy"]
-    seconds = torch.clamp(env.track_length() / params.validation_min_speed, max=params.direct.validation_seconds)
+    seconds = env.track_length() / params.validation_min_speed
+    if params.direct.validation_seconds is not None:
+        seconds = torch.clamp(seconds, max=params.direct.validation_seconds)
     summary = source_episodes(env, policy, obs, torch.ceil(seconds / env.dt).long()).summary()
     summary["score"] = summary["mean_completion"]
     return summary
@@ -164,7 +170,7 @@ def _train_direct(
     tp, d = params.train, params.train.direct
     ppo = tp.ppo.model_copy(update={"num_steps_per_env": d.num_steps_per_env})
     pool = TrackPool(tp.tracks.model_copy(update={"pool_size": d.pool_size}), tp.seed)
-    aids = params.evaluate.driver_aids  # it trains on the car it is evaluated in
+    aids = params.sim.driver_aids  # the one car
     if run is not None:
         run.log_params({"family": NAME, "budget_s": clock.budget_s, "train": tp.model_dump(mode="json"), "sim": params.sim.model_dump(mode="json"),
                         "driver_aids": aids.model_dump(mode="json")})  # fmt: skip
@@ -182,7 +188,8 @@ def _train_direct(
                 val_tracks,
             )
         say(f"train {NAME}: {d.num_envs} source cars in {workers} workers ready after {clock.elapsed:.0f} s (budget {clock.budget_s:.0f} s)")
-        loop = _loop(env, val, pool, ppo, params, clock, run, say)
+        clear(out_dir / NAME)  # this run's chunk checkpoints only
+        loop = _loop(env, val, pool, ppo, params, clock, run, say, out_dir / NAME)
         return _finish(loop, env, params, ppo, out_dir, plots_dir, metrics_dir, clock, run, workers, say)
 
 
@@ -195,11 +202,15 @@ def _loop(
     clock: WallClockBudget,
     run: Run | None,
     say: Callable[[str], None],
+    folder: Path | None = None,
 ) -> dict[str, Any]:
     """PPO chunks until the budget is spent (s3.rl.loop); returns the trainer, the kept checkpoint, the
-    per-chunk curve and the per-iteration scalars (`scalars`, also sent to `run` after each chunk)."""
+    per-chunk curve and the per-iteration scalars (`scalars`, also sent to `run` after each chunk).
+    Every chunk's actor goes to <folder>/checkpoints/ (s3.rl.checkpoints) when `folder` is given."""
     trainer = PPOTrainer(env, ppo, "cpu")
     steps_per_it = trainer.steps_per_iteration
+    head = {"obs": env.layout.to_json(), "policy": {"type": ppo.policy, "recurrent": ppo.policy == "gru", "num_actions": env.num_actions,
+            "actor_cfg": trainer.cfg["actor"]}, "params": {"env": params.train.env.model_dump(mode="json")}}  # fmt: skip
     choice = ValidateInSource(val, params, clock, steps_per_it, env.dt)
     curve: list[dict[str, Any]] = []
 
@@ -208,6 +219,8 @@ def _loop(
             run.log_curve(chunk, prefix="train/")
         point = {"iteration": done - 1, "env_steps": done * steps_per_it, **env.pop_stats(), **report, "wall_s": round(clock.elapsed, 2)}
         curve.append(point)
+        if folder is not None:
+            add_checkpoint(folder, trainer.actor.state_dict(), done - 1, done * steps_per_it, head)
         say(
             f"train {NAME}: it {done}  {point['env_steps'] / 1e3:.0f} k steps  return {_fmt(point['mean_return'])}  "
             f"speed {_fmt(point['mean_speed_m_s'])} m/s  val {_fmt(point.get('val_score'))}  {clock.elapsed:.0f}/{clock.budget_s:.0f} s"
@@ -227,7 +240,8 @@ def _loop(
 def _validation_car_steps(tracks: Sequence[Track], params: Params, dt: float) -> float:
     """Most car steps one validation can take (every car drives until its clock runs out)."""
     tp = params.train
-    per_start = [math.ceil(min(t.length / tp.validation_min_speed, tp.direct.validation_seconds) / dt) for t in tracks]
+    cap = math.inf if tp.direct.validation_seconds is None else tp.direct.validation_seconds
+    per_start = [math.ceil(min(t.length / tp.validation_min_speed, cap) / dt) for t in tracks]
     return float(sum(per_start) * tp.tracks.validation_starts)
 
 

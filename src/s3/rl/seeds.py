@@ -3,7 +3,7 @@
     train_seeds(name, family, model_folder, out_dir, plot_path, params, source_scorer=None, run=None, retry=None) -> summary
 
 PPO in a distilled env is seed-sensitive: on the road course the same recipe gave lap times from
-125 s to 143 s across three seeds (README, "s3 evaluate"). A run uses one core (torch_threads=1),
+125 s to 143 s across three seeds (reports/history.md). A run uses one core (torch_threads=1),
 so on a machine with K cores K seeds cost about the wall clock of one (on 2 cores each ran ~10 %
 slower than alone). Each seed k in (seed, seed + 1, ..., seed + seeds - 1) trains for the full
 budget as a job of the executor (s3.compute: `seed_workers` at once, each in its own process; a

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-EVAL_KEYS = ("condition", "start_index", "seed", "reason", "steps", "completed", "distance_m")
+EVAL_KEYS = ("track", "condition", "start_index", "seed", "reason", "steps", "completed", "distance_m")
 
 
 def _tensors(path: Path) -> str:
@@ -49,14 +49,15 @@ def digest(ws: Path) -> dict[str, str]:
         out[f"rollouts/{shard.name}"] = _rows(shard)
     for f in sorted((ws / "models").glob("*/model.safetensors")):
         out[f"models/{f.parent.name}"] = _tensors(f)
-    for f in sorted((ws / "policies").glob("*/policy.safetensors")):
-        if f.parent.name != "direct":  # wall-clock budget: not reproducible
-            out[f"policies/{f.parent.name}"] = _tensors(f)
+    for f in sorted([*(ws / "policies").glob("*/policy.safetensors"), *(ws / "policies").glob("*/seeds/*/policy.safetensors")]):
+        name = f.parent.relative_to(ws / "policies").as_posix()
+        if not name.startswith("direct"):  # wall-clock budget: not reproducible
+            out[f"policies/{name}"] = _tensors(f)
     for f in sorted((ws / "metrics/eval").glob("*.json")):
         if f.stem == "direct":
             continue
         ev = json.loads(f.read_text())
-        runs = [{k: r.get(k) for k in EVAL_KEYS} for cond in ev["conditions"].values() for r in cond["runs"]]
+        runs = [{k: r.get(k) for k in EVAL_KEYS} for r in ev["runs"]]
         out[f"eval/{f.stem}"] = hashlib.sha256(json.dumps(runs, sort_keys=True).encode()).hexdigest()[:16]
     return out
 

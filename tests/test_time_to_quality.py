@@ -120,6 +120,7 @@ def test_the_half_the_laps_rule() -> None:
 
 def test_times_offsets_and_the_rule_on_synthetic_lap_shares(runs, monkeypatch) -> None:
     """Driving replaced by lap shares chosen per checkpoint: every number of the result checked by value."""
+    monkeypatch.setattr(ttq, "MIN_SPACING_STEPS", 0)  # the tiny runs' checkpoints are a few thousand steps apart: drive them all
     root = runs["root"]
     shares = {"bicycle": [0.25, 0.5, 1.0], "direct": 0.0}
 
@@ -159,8 +160,9 @@ def test_times_offsets_and_the_rule_on_synthetic_lap_shares(runs, monkeypatch) -
     assert none["distilled_best"]["not_reached_within_s"] == none["bicycle"]["end_s"]
 
 
-def test_every_checkpoint_drives_the_same_hold_out_runs(runs) -> None:
+def test_every_checkpoint_drives_the_same_hold_out_runs(runs, monkeypatch) -> None:
     """The real thing on a one-track, one-start set: each checkpoint's run in the source, the JSON and the figure."""
+    monkeypatch.setattr(ttq, "MIN_SPACING_STEPS", 0)
     root = runs["root"]
     out = ttq.time_to_quality(
         _params(), root / "policies", root / "metrics", root / "ttq_real.json", root / "plots" / "ttq.png", n_tracks=1, starts=1, workers=1
@@ -196,3 +198,12 @@ def test_the_command_writes_the_metrics_and_the_figure(runs) -> None:
     assert out["tracks"]["runs"] == 16 and [t["surface"] for t in out["tracks"]["list"]] == ["heavy_ice", "dry", "dry", "heavy_ice"] * 2
     assert set(out) >= {"direct", "bicycle", "distilled_best", "rule", "budget_rule"} and all(p["runs"] == 16 for p in out["direct"]["curve"])
     assert (root / "plots" / "time_to_quality.png").stat().st_size > 0 and "bicycle:" in res.output and "direct:" in res.output
+
+
+def test_checkpoints_are_driven_at_least_100k_steps_apart() -> None:
+    from s3.evaluate.time_to_quality import spaced
+
+    entries = [{"env_steps": n} for n in range(25_000, 400_001, 25_000)]  # direct's pace
+    assert [e["env_steps"] for e in spaced(entries)] == [25_000, 125_000, 225_000, 325_000, 400_000]  # the last always
+    distilled = [{"env_steps": n} for n in (491_520, 983_040, 1_474_560)]
+    assert spaced(distilled) == distilled

@@ -68,6 +68,7 @@ DIRECT = "direct"
 N_TRACKS, STARTS = 8, 2
 ICE_SLOTS = (0, 3)  # track i is heavy ice when i % 4 is one of these, else dry
 LAP_SHARE = 0.5  # lap-completing: at least half of the set's laps
+MIN_SPACING_STEPS = 100_000  # env steps between the checkpoints driven (s3.rl.checkpoints keeps more for direct)
 MAX_CARS = 512  # cars in one source env (checkpoints beyond that drive in a further batch)
 RULE = (
     "lap-completing = a checkpoint completes at least half of the set's laps (lap_share >= 0.5); time to quality = the time of a "
@@ -79,6 +80,17 @@ def ttq_tracks(n_tracks: int = N_TRACKS, seed: int = HOLDOUT_SEED) -> list[Track
     """The fixed hold-out set: track i of the held-out generator, heavy ice when i % 4 is in ICE_SLOTS, else dry."""
     ice, dry = holdout_tracks("heavy_ice", n_tracks, seed), holdout_tracks("dry", n_tracks, seed)
     return [ice[i] if i % 4 in ICE_SLOTS else dry[i] for i in range(n_tracks)]
+
+
+def spaced(entries: Sequence[dict[str, Any]], min_steps: int = MIN_SPACING_STEPS) -> list[dict[str, Any]]:
+    """The checkpoints at least `min_steps` env steps after the previous one kept (the first and the last always):
+    direct saves one every ~25 k steps, a distilled policy one every ~0.5 M; driving every one of direct's would cost
+    more than its curve gains."""
+    kept: list[dict[str, Any]] = []
+    for i, e in enumerate(entries):
+        if not kept or int(e["env_steps"]) - int(kept[-1]["env_steps"]) >= min_steps or i == len(entries) - 1:
+            kept.append(e)
+    return kept
 
 
 def first_reaching(curve: Sequence[dict[str, Any]], share: float = LAP_SHARE) -> dict[str, Any] | None:
@@ -199,7 +211,7 @@ def _drive_route(
     index = read_index(folder)
     if index is None or not index.get("checkpoints"):
         return [], [], f"no checkpoints in {folder / DIR} (trained before checkpoints were kept? re-run its train stage)"
-    entries = index["checkpoints"]
+    entries = spaced(index["checkpoints"], MIN_SPACING_STEPS)
     return entries, drive_checkpoints(folder, entries, tracks, params, starts, workers), None
 
 

@@ -212,9 +212,13 @@ def evaluate(
         results = {}
         for name in names:
             out, plots = Path(ep.out_dir) / f"{name}.json", Path(ep.plot_dir) / name
+            if track:  # the pipeline's suite results (metrics/eval/<name>.json) stay as they are
+                tag = "_".join(Path(t).stem for t in track)
+                out, plots = Path(ep.out_dir) / "tracks" / f"{name}_{tag}.json", Path(ep.plot_dir) / "tracks" / f"{name}_{tag}"
             if name in BASELINES:
                 results[name] = evaluate_baseline(name, p, out, plots)
-                log_evaluate(p, name, results[name])
+                if not track:  # a custom circuit's results are not the pipeline's
+                    log_evaluate(p, name, results[name])
                 continue
             folder = POLICIES_DIR / name
             if not (folder / "policy.json").exists():
@@ -224,7 +228,8 @@ def evaluate(
                 raise ParamsError(f"{folder}: no policy; run `s3 train --family {name}` first")
             # direct was trained in the source simulator: no distilled env to compare with
             results[name] = evaluate_policy(name, folder, p, out, plots, MODELS_DIR, distilled=name != "direct")
-            log_evaluate(p, name, results[name])
+            if not track:
+                log_evaluate(p, name, results[name])
     _table_console().print(_evaluation_table(results))
 
 
@@ -324,20 +329,25 @@ def time_to_quality(params: ParamsPath = Path("params.yaml"), set_: Overrides = 
 
     p = _params(params, set_)
     with _one_line_errors():
-        if p.sim.backend != "mujoco":
-            raise ParamsError(
-                f"time-to-quality drives the checkpoints side by side in the embedded simulator: it needs sim.backend 'mujoco', not {p.sim.backend!r}"
-            )
         result = run(p, POLICIES_DIR, Path("metrics"), TTQ_METRICS, TTQ_PLOT)
+    if "not_run" in result:
+        console.print(f"time to quality not measured: {result['not_run']}", highlight=False)
+        return
     for name in p.policies():
         r = result[name]
         if r.get("missing"):
             console.print(f"{name}: {r['missing']}", highlight=False)
         elif r["t_to_quality_s"] is not None:
-            console.print(f"{name}: lap-completing after {r['t_to_quality_s']:.0f} s (real-time source {r['t_to_quality_real_time_s']:.0f} s)", highlight=False)
+            console.print(
+                f"{name}: lap-completing after {_secs(r['t_to_quality_s'])} (real-time source {_secs(r['t_to_quality_real_time_s'])})", highlight=False
+            )
         else:
-            console.print(f"{name}: not lap-completing within {r['not_reached_within_s'] or 0:.0f} s", highlight=False)
+            console.print(f"{name}: not lap-completing within {_secs(r['not_reached_within_s'])}", highlight=False)
     console.print(f"-> {TTQ_METRICS}, {TTQ_PLOT}", highlight=False)
+
+
+def _secs(x: float | None) -> str:
+    return "—" if x is None else f"{x:.0f} s"
 
 
 def _holdout_table(result: dict) -> object:

@@ -29,11 +29,11 @@ bound: `not_reached_within_s`, direct's budget or the distilled route's last che
 The time axis, reproducible from the recorded throughputs rather than from each chunk's clock:
 - direct: t = env_steps / env_steps_per_s (metrics/train/direct.json: env steps over its whole wall
   clock, worker start, validation and export included);
-- distilled: t = offset + env_steps / ppo_steps_per_s (metrics/train/<name>.json: the first seed's
-  under "checkpoints", else the kept seed's; the seeds trained side by side, so the first seed's
+- distilled: t = offset + env_steps / env_steps_per_s, the rate being the first seed's env steps over
+  its whole training wall clock, validation and export included, like direct's (metrics/train/<name>.json
+  seed_selection.seeds, else the kept seed's train; the seeds trained side by side, so the first seed's
   clock is the route's), offset = the one-time collection (metrics/collect.json wall_seconds_total)
-  + distillation of its model (metrics/distill/<model>.json total_wall_s). The distilled training's
-  validation and export time is left out.
+  + distillation of its model (metrics/distill/<model>.json total_wall_s).
 For a real-time source (a simulator that runs at 1x per worker, e.g. BeamNG), as in
 s3.evaluate.report_cost: direct t = env_steps x control_dt / workers (simulation alone, PPO updates not
 counted: a lower bound), collection = rows x control_dt / collect workers (rows: metrics/distill);
@@ -241,6 +241,23 @@ def direct_route(params: Any, policies_dir: Path, metrics_dir: Path, tracks: Seq
     return {**route, **_reached(route)}
 
 
+def training_rate(m: dict[str, Any] | None, seed: int) -> float | None:
+    """The first seed's env steps over its whole training wall clock (PPO, validation, export), as direct's
+    env_steps_per_s is over its whole run (the seeds trained side by side: the first seed's clock is the route's);
+    the kept seed's when the per-seed table is absent."""
+    for row in _get_list(m, "seed_selection", "seeds"):
+        if row.get("seed") == seed and _num(row, "env_steps") and _num(row, "wall_s"):
+            return _num(row, "env_steps") / _num(row, "wall_s")  # type: ignore[operator]
+    steps, wall = _num(m, "train", "env_steps"), _num(m, "train", "wall_s")
+    return steps / wall if steps and wall else None
+
+
+def _get_list(d: Any, *keys: str) -> list[dict[str, Any]]:
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return [r for r in d if isinstance(r, dict)] if isinstance(d, list) else []
+
+
 def distilled_route(name: str, params: Any, policies_dir: Path, metrics_dir: Path, tracks: Sequence[Track], starts: int, workers: int,
                     collect: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """A policy trained in a distilled model: its first seed's checkpoints, after collection + distillation."""
@@ -248,8 +265,7 @@ def distilled_route(name: str, params: Any, policies_dir: Path, metrics_dir: Pat
     seed = params.train.for_policy(name).seed
     m = _read(metrics_dir / "train" / f"{name}.json")
     dist = _read(metrics_dir / "distill" / f"{model}.json")
-    rate = _num(m, "checkpoints", "ppo_steps_per_s")  # the first seed's (the seeds trained side by side), else the kept seed's
-    rate, distill_s = rate if rate is not None else _num(m, "train", "ppo_steps_per_s"), _num(dist, "total_wall_s")
+    rate, distill_s = training_rate(m, seed), _num(dist, "total_wall_s")
     offset, offset_rt = _add(collect["wall_s"], distill_s), _add(collect["real_time_s"], distill_s)
     folder = checkpoint_folder(policies_dir, name, seed)
     entries, driven, why = _drive_route(folder, tracks, params, starts, workers) if m is not None else ([], [], f"no {metrics_dir / 'train' / name}.json")
@@ -260,7 +276,7 @@ def distilled_route(name: str, params: Any, policies_dir: Path, metrics_dir: Pat
         "model": model,
         "seed": seed,
         "checkpoints": str(folder / DIR),
-        "ppo_steps_per_s": rate,
+        "env_steps_per_s": rate,
         "collect_wall_s": collect["wall_s"],
         "distill_wall_s": distill_s,
         "offset_s": offset,
@@ -296,6 +312,15 @@ def time_to_quality(params: Any, policies_dir: str | Path, metrics_dir: str | Pa
     """Every kept checkpoint of direct and of each distilled policy's first seed on the fixed hold-out set; the
     curves, each route's time to quality, the families' best (module docstring). Writes the JSON (and the figure)."""
     policies_dir, metrics_dir = Path(policies_dir), Path(metrics_dir)
+    out = Path(out_path) if out_path is not None else metrics_dir / "time_to_quality.json"
+    if params.sim.backend != "mujoco":  # the report still runs: claim 1 says why it was not measured
+        reason = f"needs the embedded simulator (sim.backend 'mujoco', not {params.sim.backend!r}): every checkpoint drives side by side"
+        write_json_atomic(out, {"not_run": reason})
+        if plot_path is not None:
+            from s3.viz.time_to_quality_plots import plot_not_run
+
+            plot_not_run(plot_path, reason)
+        return {"not_run": reason}
     dt = float(params.sim.control_dt)
     tracks = ttq_tracks(n_tracks)
     names = [n for n in params.policies() if n != DIRECT]
@@ -327,7 +352,8 @@ def time_to_quality(params: Any, policies_dir: str | Path, metrics_dir: str | Pa
         "lap_share_needed": LAP_SHARE,
         "time_axis": {
             "direct": "env_steps / env_steps_per_s (metrics/train/direct.json)",
-            "distilled": "collect wall + distill total_wall_s + env_steps / ppo_steps_per_s (metrics/train/<policy>.json)",
+            "distilled": "collect wall + distill total_wall_s + env_steps / env_steps_per_s (the first seed's env steps over its whole "
+            "training wall clock, metrics/train/<policy>.json seed_selection.seeds), as direct's rate is over its whole run",
             "real_time": "direct: env_steps x control_dt / workers; distilled: collect rows x control_dt / collect workers + distill + PPO",
             "control_dt": dt,
         },
@@ -345,7 +371,7 @@ def time_to_quality(params: Any, policies_dir: str | Path, metrics_dir: str | Pa
         "budget_rule": budget_rule(direct, routes, list(params.families)),
     }
     result = json_safe(result)
-    write_json_atomic(Path(out_path) if out_path is not None else metrics_dir / "time_to_quality.json", result)
+    write_json_atomic(out, result)
     if plot_path is not None:
         from s3.viz.time_to_quality_plots import plot_time_to_quality
 

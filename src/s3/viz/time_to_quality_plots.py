@@ -48,3 +48,12 @@ def plot_time_to_quality(path: str | Path, result: dict[str, Any]) -> Path:
     axes[0].legend(fontsize=7, loc="upper left")
     fig.suptitle(f"time to a lap-completing policy (>= {share:.0%} of the laps; star: first reached; dotted: collect + distill)")
     return save_figure(fig, path)
+
+
+def plot_not_run(path: str | Path, reason: str) -> Path:
+    """A figure that says why there is no curve (the stage's output exists either way)."""
+    fig = new_figure((6.0, 1.6))
+    ax = fig.add_subplot()
+    ax.axis("off")
+    ax.text(0.5, 0.5, f"time to quality not measured:\n{reason}", ha="center", va="center", wrap=True, fontsize=9)
+    return save_figure(fig, Path(path))

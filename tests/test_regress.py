@@ -174,3 +174,12 @@ def test_compare_reports_new_metrics_without_judging() -> None:
     p = RegressParams()
     checks, new = compare({"metrics/distill/a.json": {"one_step_rmse.vx": 0.1}}, {"metrics/distill/a.json": {"one_step_rmse": {"vx": 0.1, "vy": 9.0}}}, p)
     assert all(c.ok for c in checks) and new == ["metrics/distill/a.json one_step_rmse.vy"]
+
+
+def test_direct_is_left_out_of_the_check() -> None:
+    """`direct` trains for a wall-clock budget: its metrics move with the machine's load, so they are not judged by default."""
+    from s3.platform.regress import tracked_metrics
+
+    files = {"metrics/eval/direct.json": _eval(1.0, 120.0), "metrics/eval/ddm.json": _eval(1.0, 120.0)}
+    assert set(tracked_metrics(files, RegressParams())) == {"metrics/eval/ddm.json"}
+    assert set(tracked_metrics(files, RegressParams(exclude_files=[]))) == set(files)

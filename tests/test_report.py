@@ -14,7 +14,7 @@ from s3.evaluate import report as rp
 from s3.evaluate.report_cost import DASH, efficiency
 from s3.evaluate.report_mlflow import log_report_mlflow
 from s3.evaluate.report_ranks import quality_ranks, spearman
-from s3.evaluate.report_render import MAIN_COLUMNS, correlation_lines, efficiency_rows, main_rows, markdown, report_table
+from s3.evaluate.report_render import MAIN_COLUMNS, correlation_lines, cost_lines, efficiency_rows, main_rows, markdown, report_table
 
 ADE2 = {"bicycle": 1.0, "ddm": 0.2, "transformer": 0.5, "dytr": 0.3}  # accuracy order: ddm, dytr, transformer, bicycle
 COMPLETION = {"bicycle": 0.25, "ddm": 1.0, "transformer": 0.5, "dytr": 0.75}  # the same order
@@ -219,7 +219,7 @@ def test_a_seed_chosen_in_the_source_is_a_separate_row_with_its_cost(ws: Path) -
     every, chosen = rep["rows"]["ddm"], rep["rows"]["ddm (selected)"]
     assert every["policy"]["nominal"]["completion_rate"] == pytest.approx(1 / 3) and every["policy"]["nominal"]["seeds"] == 3
     assert chosen["kind"] == "selected" and chosen["policy"]["nominal"]["completion_rate"] == 1.0 and chosen["policy"]["nominal"]["seeds"] == 1
-    assert chosen["selection"]["source_car_steps"] == 3000 and chosen["selection"]["source_real_time_s"] == pytest.approx(300.0)  # 3000 x 0.1 s
+    assert chosen["selection"]["source_car_steps"] == 3000 and chosen["selection"]["source_real_time_one_instance_s"] == pytest.approx(300.0)  # 3000 x 0.1 s
     assert every["quality"]["rank"] is not None and chosen["quality"]["rank"] is None  # the ranks compare families, every seed
 
 
@@ -321,12 +321,51 @@ def test_spearman_p_value_is_exact_for_four_families() -> None:
     assert swapped["p_value"] == pytest.approx(8 / 24)  # |rho| >= 0.8: each order, its reverse, and their 3 adjacent swaps
 
 
-def test_direct_budget_rule_and_the_claims_verdicts(ws: Path) -> None:
-    """The report checks direct's budget against the slowest family's route; claim 3 is judged by permuting models."""
+def test_the_claims_verdicts_from_their_inputs(ws: Path) -> None:
+    """Each claim read from its own input: time to quality (claim 1), the seeds' runs (2), the models (3), the ablation (4)."""
+    from s3.evaluate.suite import summarise
+
+    def with_rate(rate_of_seed: dict[int, float]) -> dict:
+        ev = _eval(1.0, 1.0)
+        for r in ev["runs"]:
+            r["mean_abs_steering_rate"] = rate_of_seed[r["seed"]] + 0.01 * r["start_index"]
+        ev["summary"] = summarise(ev["runs"], ["road_course"], ["nominal", "ice"])
+        return ev
+
+    _write(ws / "metrics" / "eval" / "transformer.json", with_rate({0: 0.50, 1: 0.55, 2: 0.60}))
+    _write(ws / "metrics" / "eval" / "ddm.json", with_rate({0: 0.10, 1: 0.12, 2: 0.14}))  # smoother: holds
+    _write(ws / "metrics" / "eval" / "dytr.json", with_rate({0: 0.90, 1: 0.95, 2: 1.00}))  # rougher: does not hold
+    ttq = {"direct": {"t_to_quality_s": None, "not_reached_within_s": 900.0, "t_to_quality_real_time_s": None},
+           "distilled_best": {"policy": "ddm", "t_to_quality_s": 600.0, "t_to_quality_real_time_s": 700.0},
+           "budget_rule": {"holds": False, "budget_s": 900.0, "max_family_route_s": 950.0}}  # fmt: skip
+    _write(ws / "metrics" / "time_to_quality.json", ttq)
+
+    def variant(share: float) -> dict:
+        ev = _eval(0.0, 0.0)
+        for r in ev["runs"]:
+            r["completion_fraction"] = share + 0.02 * r["seed"] + 0.01 * r["start_index"]
+        return {"params": {}, "distill": {}, "train": {}, "eval": ev}
+
+    _write(ws / "metrics" / "experiments" / "ablation" / "diverse_blind.json", variant(0.8))
+    _write(ws / "metrics" / "experiments" / "ablation" / "narrow_blind.json", variant(0.2))
     rep = rp.build_report(ws / "metrics")
-    rule = rep["efficiency"]["direct_budget_rule"]
-    assert rule["distilled_route_s"]["dytr"] == 100.0 + 70.0 + 40.0 and rule["longest_route_s"] == 210.0  # collect + distill + RL
-    assert rule["budget_s"] == 300.0 and rule["met"] is True
+    assert rep["efficiency"]["direct_budget_rule"]["holds"] is False  # read from the one check, time_to_quality's
+    assert "NOT met" in "\n".join(cost_lines(rep))
+    one = rep["claims"][0]  # direct never reached quality within 900 s, ddm did at 600 s: at least 300 s sooner, one seed each
+    assert one["claim"] == "1 efficiency" and one["effect"] == 300.0 and one["detail"]["measured"]["kind"] == "lower bound"
+    assert one["verdict"] == "cannot tell" and one["n"] == "1 seed per route"
+    rate = {c["statement"].split(":")[0]: c for c in rep["claims"] if c["statement"].endswith("mean_abs_steering_rate lower")}
+    assert rate["ddm vs transformer"]["verdict"] == "holds" and rate["ddm vs transformer"]["effect"] == pytest.approx(-0.43)
+    assert rate["dytr vs transformer"]["verdict"] == "does not hold" and rate["dytr vs transformer"]["effect"] == pytest.approx(0.40)
+    four = rep["claims"][-1]
+    assert four["effect"] == pytest.approx(0.6) and four["verdict"] == "holds" and four["n"] == "3 vs 3 seeds, 12 vs 12 ice runs"
+    assert rep["experiments"] == {"ablation": ["diverse_blind", "narrow_blind"]}
+
+
+def test_direct_budget_rule_and_the_claims_verdicts(ws: Path) -> None:
+    """Without time to quality the budget rule is not checked; claim 3 is judged by permuting models."""
+    rep = rp.build_report(ws / "metrics")
+    assert rep["efficiency"]["direct_budget_rule"] is None and "not checked" in "\n".join(cost_lines(rep))
     claims = {c["claim"][0]: c for c in rep["claims"] if not c["claim"].startswith("2")}
     three = claims["3"]  # four families in perfect order (lower error, more laps): rho -1, but the exact p is 2/24
     assert three["effect"] == pytest.approx(-1.0) and three["detail"]["p_value"] == pytest.approx(2 / 24) and three["verdict"] == "cannot tell"

@@ -130,7 +130,8 @@ def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iter
     dt = control_dt(man, metrics_dir, evals)
     for name, row in selected_rows.items():  # after the ranks and the correlation: the seeds' row is the policy's
         steps = row["selection"]["source_car_steps"]
-        row["selection"]["source_real_time_s"] = steps * dt if steps is not None and dt is not None else None
+        # at the real-time rate, like every other source cost: car steps x control period, on one simulator instance
+        row["selection"]["source_real_time_one_instance_s"] = steps * dt if steps is not None and dt is not None else None
         rows[name] = row
     collect = collect_cost(man, dt, read_json(metrics_dir / "collect.json", missing))
     direct = direct_cost(read_json(t_dir / "direct.json", missing), evals.get("direct"), dt)
@@ -144,7 +145,13 @@ def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iter
         "metrics_dir": str(metrics_dir),
         "rows": rows,
         "correlation": {"headline": HEADLINE_ERROR, "quality": "quality_rank", **corr},
-        "efficiency": {"control_dt": dt, "collect": collect, "direct": direct, **efficiency_block(rows, collect, direct)},
+        "efficiency": {
+            "control_dt": dt,
+            "collect": collect,
+            "direct": direct,
+            **efficiency_block(rows, collect, direct),
+            "direct_budget_rule": (ttq or {}).get("budget_rule"),
+        },  # s3.evaluate.time_to_quality checks it, once
         "definitions": DEFINITIONS,
         "missing": missing,
     }

@@ -137,15 +137,4 @@ def efficiency_block(rows: Mapping[str, dict[str, Any]], collect: dict[str, Any]
         one_rt = collect["real_time_wall_s"] + dist if collect["real_time_wall_s"] is not None and dist is not None else None
         real_time[name] = {**base, "one_time_cost_s": one_rt,
                            **efficiency(r["rl_wall_s"], reached, direct["real_time_wall_s"], direct["reached"], one_rt)}  # fmt: skip
-    return {"families": measured, "real_time": real_time, "direct_budget_rule": budget_rule(measured, collect, direct)}
-
-
-def budget_rule(measured: Mapping[str, dict[str, Any]], collect: Mapping[str, Any], direct: Mapping[str, Any]) -> dict[str, Any]:
-    """train.direct.budget_s against its rule: at least the distilled route's whole wall clock for one
-    family (collection + that family's distillation + its seeds' RL), the longest family's on this run."""
-    routes = {n: m["one_time_cost_s"] + m["rl_wall_s"] for n, m in measured.items() if m["one_time_cost_s"] is not None and m["rl_wall_s"] is not None}
-    longest = max(routes.values()) if routes else None
-    budget = direct.get("budget_s")
-    met = None if longest is None or budget is None else budget >= longest
-    return {"budget_s": budget, "distilled_route_s": routes, "longest_route_s": longest, "met": met,
-            "rule": "direct's budget >= collection + distillation + RL (every seed) wall clock of the slowest family, measured in the same run"}  # fmt: skip
+    return {"families": measured, "real_time": real_time}

@@ -146,13 +146,20 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
         f"direct PPO in the source simulator: {d['text']}, {steps} env steps with {_f(d['workers'], 0)} workers "
         f"({_f(d['real_time_factor_per_worker'], 1)}x real time per worker); at real time: {duration(d['real_time_wall_s'])}; one seed (its budget is the machine's wall clock)",
         _budget_line(eff.get("direct_budget_rule") or {}),
+        *[
+            f"{name}: the seed chosen in the source simulator ({r['selection']['rule']}); the choice drove "
+            f"{_f(r['selection']['source_car_steps'], 0)} car steps there, {duration(r['selection'].get('source_real_time_one_instance_s'))} "
+            "on one real-time instance"
+            for name, r in report["rows"].items()
+            if r["kind"] == "selected"
+        ],
     ]
 
 
 def _budget_line(rule: Mapping[str, Any]) -> str:
     """Whether direct's budget kept its rule on this run."""
-    verdict = {True: "met", False: "NOT met", None: "not checked (inputs missing)"}[rule.get("met")]
-    return f"direct's budget rule (>= the slowest family's collect + distill + every seed's RL): {duration(rule.get('budget_s'))} vs {duration(rule.get('longest_route_s'))}: {verdict}"
+    verdict = {True: "met", False: "NOT met", None: "not checked (inputs missing)"}[rule.get("holds")]
+    return f"direct's budget rule (>= the slowest family's collect + distill + every seed's RL): {duration(rule.get('budget_s'))} vs {duration(rule.get('max_family_route_s'))}: {verdict}"
 
 
 def _table(title: str, columns: Iterable[str], rows: list[list[str]]) -> Table:

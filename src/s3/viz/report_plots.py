@@ -28,7 +28,7 @@ X_LABELS = {"ade_2s_all": "ADE 2 s, all test windows (m)", "ade_2s_ice": "ADE 2 
             "probe_3s_ice": "manoeuvre probes on ice, error at 3 s (m)",
             "probe_3s_asphalt": "manoeuvre probes on asphalt, error at 3 s (m)"}  # fmt: skip
 COLORS = {"bicycle": "tab:blue", "ddm": "tab:orange", "transformer": "tab:green", "dytr": "tab:red", "oracle": "tab:purple"}
-REFERENCES = {"pid": ("0.3", "--"), "pid_blind": ("0.55", ":"), "direct": ("tab:brown", "-.")}
+REFERENCES = {"pid": ("0.3", "--"), "pid_blind": ("0.55", ":"), "pid_cautious": ("0.45", "-."), "direct": ("tab:brown", "-.")}
 
 
 def _panel(ax: Axes, rows: Mapping[str, Mapping[str, Any]], error: str, cond: str, quantity: str, ylabel: str) -> None:

@@ -181,7 +181,9 @@ def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path
     if curves:  # every family in one figure: only this stage reads all of their metrics
         figs.append(plot_error_vs_horizon(Path(plots_dir) / HORIZON_FIGURE, curves, "open-loop position error, every family"))
     out = write_json_atomic(Path(metrics_dir) / "report.json", report)
-    md = write_text_atomic(Path(reports_dir) / "report.md", markdown(report, figs, Path(reports_dir)))
+    ttq_figure = Path(plots_dir).parent / "time_to_quality.png"  # the time_to_quality stage's figure, linked (not written) here
+    shown = [*figs, *([ttq_figure] if ttq_figure.exists() else [])]
+    md = write_text_atomic(Path(reports_dir) / "report.md", markdown(report, shown, Path(reports_dir)))
     return [out, md, *figs]
 
 

@@ -47,10 +47,11 @@ def _runs(rate: float, cond: str, lap: float | None, seeds: int = 3, starts: int
 
 
 def _eval(nominal: float, ice: float, lap: float | None = 100.0, gap: bool = True) -> dict[str, Any]:
-    from s3.evaluate.suite import summarise
+    from s3.evaluate.suite import by_seed, summarise
 
     runs = _runs(nominal, "nominal", lap) + _runs(ice, "ice", lap)
-    out = {"simulator": {"control_dt": 0.1}, "runs": runs, "summary": summarise(runs, ["road_course"], ["nominal", "ice"])}
+    out = {"simulator": {"control_dt": 0.1}, "runs": runs, "summary": summarise(runs, ["road_course"], ["nominal", "ice"]),
+           "by_seed": by_seed(runs, ["nominal", "ice"])}  # fmt: skip
     if gap:
         g = {"completion_rate": {"source": nominal, "distilled": 1.0, "gap": nominal - 1.0},
              "lap_share": {"source": 1.0, "distilled": 1.0, "gap": 0.0},
@@ -373,3 +374,12 @@ def test_direct_budget_rule_and_the_claims_verdicts(ws: Path) -> None:
     two = [c for c in rep["claims"] if c["claim"].startswith("2")]
     assert len(two) == 10 and all(c["verdict"] == "cannot tell" for c in two)  # identical smoothness in the fixture: zero effect
     assert all(c["effect"] == 0.0 and c["n"] == "3 vs 3 seeds, 24 vs 24 runs" for c in two)
+
+
+def test_the_seeds_a_policy_would_need() -> None:
+    """Per policy and condition: the seeds at which its observed spread of lap share gives a 95 % interval of +-0.1."""
+    from s3.evaluate.report_rows import policy_columns
+
+    ev = {"by_seed": {"0": {"ice": {"lap_share": 0.2}}, "1": {"ice": {"lap_share": 0.5}}, "2": {"ice": {"lap_share": 0.8}}}}
+    assert policy_columns(ev)["ice"]["seeds_for_lap_share_0_1"] == 35  # sd 0.3: (1.96 x 0.3 / 0.1)^2 = 34.6
+    assert policy_columns({"by_seed": {"0": {"ice": {"lap_share": 0.2}}}})["ice"]["seeds_for_lap_share_0_1"] is None  # one seed: no spread

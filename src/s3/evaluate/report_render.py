@@ -225,7 +225,7 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
 
 README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
 README_COLUMNS = ("policy", "laps nominal % (n seeds/runs)", "laps ice % (n seeds/runs)", "lap share nominal %", "lap share ice %",
-                  "lap time nominal s (n laps)", "lap time ice s (n laps)")  # fmt: skip
+                  "lap time nominal s (n laps)", "lap time ice s (n laps)", "seeds for ±0.1 lap share nominal / ice")  # fmt: skip
 
 
 def readme_rows(report: Mapping[str, Any]) -> list[list[str]]:
@@ -237,6 +237,8 @@ def readme_rows(report: Mapping[str, Any]) -> list[list[str]]:
         for key in ("completion_rate", "lap_share"):
             cells += [_share({key: None, **(pol.get(c) or {})}, key) for c in CONDITIONS]
         cells += [_lap({"lap_time_s": None, **(pol.get(c) or {})}) for c in CONDITIONS]
+        need = [(pol.get(c) or {}).get("seeds_for_lap_share_0_1") for c in CONDITIONS]
+        cells.append(DASH if need == [None, None] else " / ".join(DASH if n is None else str(n) for n in need))
         out.append([name, *cells])
     return out
 

@@ -43,6 +43,18 @@ def _ci(b: Mapping[str, Any] | None) -> list[float | None] | None:
     return [num(c) for c in ci] if isinstance(ci, list) and len(ci) == 2 else None
 
 
+PRECISION = 0.1  # the half-width of a lap-share interval that `seeds_for_lap_share_0_1` plans for
+
+
+def _seeds_for(ev: Mapping[str, Any] | None, cond: str, half_width: float) -> int | None:
+    """Seeds at which this policy's observed seed-to-seed spread of lap share would give a 95 % interval of
+    +- half_width (s3.evaluate.stats.seeds_needed; None with fewer than 2 seeds)."""
+    from s3.evaluate.stats import seeds_needed
+
+    seeds = get(ev, "by_seed") or {}
+    return seeds_needed([num(get(v, cond, "lap_share")) for v in seeds.values()], half_width) if len(seeds) >= 2 else None
+
+
 def policy_columns(ev: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     """Per condition, over the evaluation suite (metrics/eval `summary.suite`): completion rate, lap
     share and lap time as means over seeds with their two-level 95 % intervals and n, the smoothness
@@ -61,6 +73,7 @@ def policy_columns(ev: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
             "lap_time_s": num(get(s, "lap_time_s", "estimate")),
             "lap_time_ci95": _ci(get(s, "lap_time_s")),
             "lap_time_n": get(s, "lap_time_s", "n_units"),
+            "seeds_for_lap_share_0_1": _seeds_for(ev, cond, PRECISION),
             **{k: num(get(s, k, "estimate")) for k in POLICY_KEYS},
         }
     return out

@@ -94,4 +94,5 @@ def test_source_vec_env_workers_drive_the_aided_car() -> None:
 
     track = open_surface(0.15)
     assert all(isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 2, BOTH).cars)
-    assert not any(isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 1).cars)
+    assert all(isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 1).cars)  # the one car by default
+    assert not any(isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 1, DriverAidsParams()).cars)  # the bare car

@@ -21,6 +21,7 @@ from s3.config import load_params
 from s3.data.collect import collect
 from s3.data.rollouts import load_rollouts, read_manifest
 from s3.data.schema import COLUMNS
+from s3.sim.aids import DriverAidsParams
 from s3.sim.base import Control, SimulatorError, SimulatorLost, SimulatorRejected, SourceSim
 from s3.sim.beamng import FRICTION_LUA, BeamngSim, friction_lua, yaw_to_rot_quat
 from s3.sim.beamng_params import BeamngParams
@@ -252,6 +253,8 @@ def test_collect_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) -> 
                 "sim.beamng.host=127.0.0.1",
                 f"sim.beamng.port={standin.port}",
                 f"sim.beamng.socket_timeout={TIMEOUT}",
+                "sim.driver_aids.traction_control=false",  # the raw physics of the two backends compared: the stand-in reports
+                "sim.driver_aids.abs=false",  # one wheel speed, so the slip-based aids act differently on it
                 f"collect.out_dir={out}/rollouts",
                 f"collect.plot_dir={out}/plots",
             ],
@@ -280,7 +283,7 @@ def test_collect_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) -> 
 
 def test_factory_makes_the_beamng_backend(standin: BeamngStandin) -> None:
     params = load_params(None, ["sim.backend=beamng", f"sim.beamng.port={standin.port}", "sim.beamng.socket_timeout=5"])
-    sim = make_sim(params.sim)
+    sim = make_sim(params.sim, DriverAidsParams())  # the bare BeamNG backend (with sim.driver_aids it is wrapped like any sim)
     try:
         assert isinstance(sim, BeamngSim) and isinstance(sim, SourceSim)
         assert (sim.wheelbase, sim.max_steer, sim.control_dt, sim.steps) == (2.7, 0.55, 0.1, 10)

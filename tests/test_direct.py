@@ -150,7 +150,7 @@ def test_bench_reports_source_and_direct_rates() -> None:
     assert out["env_vs_source"]["16"] == pytest.approx(out["env_steps_per_s"]["16"] / out["source_control_steps_per_s"], abs=0.006)
     assert out["ppo_vs_direct"]["16"] == pytest.approx(out["train_steps_per_s"]["16"] / out["direct_ppo_steps_per_s"], abs=0.006)
     # PPO steps include the env steps they collect: no faster than stepping the same env alone
-    assert out["direct_ppo_steps_per_s"] <= 1.05 * out["direct_env_steps_per_s"]
+    assert out["direct_ppo_steps_per_s"] <= 1.10 * out["direct_env_steps_per_s"]  # two timings of a shared machine: 10 % slack
     assert out["train_steps_per_s"]["16"] <= 1.05 * out["env_steps_per_s"]["16"]
     json.dumps(out, allow_nan=False)
 

@@ -148,13 +148,18 @@ def _apply_override(tree: dict[str, Any], assignment: str) -> None:
     keys = dotted.strip().split(".")
     if not all(keys):
         raise ParamsError(f"--set {assignment!r}: empty key in {dotted!r}")
+    set_dotted(tree, keys, yaml.safe_load(raw) if raw.strip() else "", f"--set {assignment!r}")
+
+
+def set_dotted(tree: dict[str, Any], keys: list[str], value: Any, where: str) -> None:
+    """tree[k1][k2]...[kn] = value, creating sections; ParamsError (naming `where`) when a step is not a section."""
     node = tree
     for i, key in enumerate(keys[:-1]):
         child = node.setdefault(key, {})
         if not isinstance(child, dict):
-            raise ParamsError(f"--set {assignment!r}: {'.'.join(keys[: i + 1])} is not a section")
+            raise ParamsError(f"{where}: {'.'.join(keys[: i + 1])} is not a section")
         node = child
-    node[keys[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+    node[keys[-1]] = value
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:

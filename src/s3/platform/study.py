@@ -147,14 +147,13 @@ def load_study(name: str | Path, project: Path = Path(".")) -> Study:
 # ---------------------------------------------------------------------------- params of a variant
 def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
     """tree[a][b][c] = value for key "a.b.c", creating sections (as s3.config's --set does)."""
-    parts = key.split(".")
-    node = tree
-    for i, part in enumerate(parts[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise StudyError(f"{key}: {'.'.join(parts[: i + 1])} is not a section")
-        node = child
-    node[parts[-1]] = value
+    from s3.config import ParamsError
+    from s3.config import set_dotted as set_keys
+
+    try:
+        set_keys(tree, key.split("."), value, key)
+    except ParamsError as e:
+        raise StudyError(str(e)) from None
 
 
 def variant_tree(study: Study, variant: Variant) -> dict[str, Any]:

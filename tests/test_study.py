@@ -33,17 +33,25 @@ def test_the_sets_validate(name: str) -> None:
 
 def test_the_ablation_variants_are_the_reports() -> None:
     study = load_study("ablation", ROOT)
-    assert list(study.variants) == ["narrow_blind", "diverse_blind", "narrow_labelled", "diverse_labelled"]
+    assert list(study.variants) == [
+        "narrow_blind", "diverse_blind", "narrow_labelled", "diverse_labelled", "diverse_model_label", "diverse_policy_label",
+    ]  # fmt: skip
     p = check_study(study)
     assert {v.family for v in study.variants.values()} == {"ddm"}
     for name, params in p.items():
-        labelled = name.endswith("_labelled")
-        assert params.distill.use_friction_label is labelled and params.train.env.surface_label is labelled
+        model = name.endswith(("_labelled", "_model_label"))
+        policy = name.endswith(("_labelled", "_policy_label"))
+        assert params.distill.use_friction_label is model and params.train.env.surface_label is policy, name
         narrow = name.startswith("narrow")
         assert (params.collect.ice_episode_fraction < 0.5) is narrow
         assert (params.train.tracks.procedural.patch_mu_max - params.train.tracks.procedural.patch_mu_min < 0.2) is narrow
     # the labels are the only difference within a friction distribution
     assert p["narrow_blind"].collect == p["narrow_labelled"].collect and p["diverse_blind"].train.tracks == p["diverse_labelled"].train.tracks
+    diverse = [p[v] for v in ("diverse_blind", "diverse_labelled", "diverse_model_label", "diverse_policy_label")]
+    assert all(d.collect == diverse[0].collect and d.train.tracks == diverse[0].train.tracks for d in diverse)
+    # each one-label variant shares its model with a two-level variant (one distillation, DVC's run cache)
+    assert p["diverse_model_label"].distill == p["diverse_labelled"].distill
+    assert p["diverse_policy_label"].distill == p["diverse_blind"].distill
 
 
 def test_unknown_variant_and_set_are_one_line(tmp_path: Path) -> None:

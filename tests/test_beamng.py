@@ -31,7 +31,7 @@ from s3.sim.mujoco_car import MujocoCar
 from s3.tracks.track import FrictionPatch, Track
 
 pytestmark = pytest.mark.timeout(60)
-TIMEOUT = 10.0  # s, socket_timeout for beamngpy in these tests
+TIMEOUT = 10.0  # s, beamngpy socket timeout (sim.beamng.request_timeout) in these tests
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def standin() -> BeamngStandin:
 
 @pytest.fixture(scope="module")
 def sim(standin: BeamngStandin) -> BeamngSim:
-    s = BeamngSim(BeamngParams(port=standin.port, socket_timeout=TIMEOUT))
+    s = BeamngSim(BeamngParams(port=standin.port, request_timeout=TIMEOUT))
     yield s
     s.close()
 
@@ -118,7 +118,7 @@ def test_unknown_message_raises_in_beamngpy(standin: BeamngStandin) -> None:
 
 def test_an_error_reply_is_a_rejection_not_a_lost_connection(standin: BeamngStandin, monkeypatch: pytest.MonkeyPatch) -> None:
     """BeamNG answering a request with bngError is SimulatorRejected (never retried), not SimulatorLost."""
-    s = BeamngSim(BeamngParams(port=standin.port, socket_timeout=TIMEOUT))
+    s = BeamngSim(BeamngParams(port=standin.port, request_timeout=TIMEOUT))
     try:
         s.reset(circle_track(), 340.0, -25.0, np.pi / 2, 5.0)
         monkeypatch.setattr(s._vehicle, "control", lambda **kw: s._bng.control.get_gamestate())  # answered with bngError
@@ -134,7 +134,7 @@ def test_unreachable_simulator_is_a_simulator_error() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
     with pytest.raises(SimulatorError, match="cannot reach BeamNG.tech"):
-        BeamngSim(BeamngParams(port=port, socket_timeout=2.0))
+        BeamngSim(BeamngParams(port=port, request_timeout=2.0))
 
 
 def test_friction_template_is_fixed_and_parsed_exactly() -> None:
@@ -193,7 +193,7 @@ def test_episode_matches_embedded_simulator(sim: BeamngSim, standin: BeamngStand
 
 def test_origin_places_the_track_in_the_level(standin: BeamngStandin) -> None:
     track = circle_track()
-    sim = BeamngSim(BeamngParams(port=standin.port, socket_timeout=TIMEOUT, origin=(800.0, -1200.0, 0.0)))
+    sim = BeamngSim(BeamngParams(port=standin.port, request_timeout=TIMEOUT, origin=(800.0, -1200.0, 0.0)))
     try:
         ours = as_array(drive(sim, track, 50.0, 8.0))
         car_xy = standin.car.data.qpos[:2].copy()
@@ -208,7 +208,7 @@ def test_origin_places_the_track_in_the_level(standin: BeamngStandin) -> None:
 def test_ice_patch_switches_the_ground_model_by_lua(standin: BeamngStandin) -> None:
     patch = FrictionPatch(40.0, 60.0, -6.0, 6.0, 0.25)
     track = circle_track(patches=(patch,))
-    sim = BeamngSim(BeamngParams(port=standin.port, socket_timeout=TIMEOUT))
+    sim = BeamngSim(BeamngParams(port=standin.port, request_timeout=TIMEOUT))
     try:
         x, y, h = (float(v[0]) for v in track.pose_at(np.array([0.0])))
         st = sim.reset(track, x, y, h, 10.0)
@@ -252,7 +252,7 @@ def test_collect_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) -> 
                 f"sim.backend={backend}",
                 "sim.beamng.host=127.0.0.1",
                 f"sim.beamng.port={standin.port}",
-                f"sim.beamng.socket_timeout={TIMEOUT}",
+                f"sim.beamng.request_timeout={TIMEOUT}",
                 "sim.driver_aids.traction_control=false",  # the raw physics of the two backends compared: the stand-in reports
                 "sim.driver_aids.abs=false",  # one wheel speed, so the slip-based aids act differently on it
                 f"collect.out_dir={out}/rollouts",
@@ -282,7 +282,7 @@ def test_collect_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) -> 
 
 
 def test_factory_makes_the_beamng_backend(standin: BeamngStandin) -> None:
-    params = load_params(None, ["sim.backend=beamng", f"sim.beamng.port={standin.port}", "sim.beamng.socket_timeout=5"])
+    params = load_params(None, ["sim.backend=beamng", f"sim.beamng.port={standin.port}", "sim.beamng.request_timeout=5"])
     sim = make_sim(params.sim, DriverAidsParams())  # the bare BeamNG backend (with sim.driver_aids it is wrapped like any sim)
     try:
         assert isinstance(sim, BeamngSim) and isinstance(sim, SourceSim)
@@ -319,7 +319,7 @@ def test_evaluate_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) ->
             None,
             [
                 f"sim.backend={backend}", "sim.beamng.host=127.0.0.1", f"sim.beamng.port={standin.port}",
-                f"sim.beamng.socket_timeout={TIMEOUT}", "evaluate.conditions=[nominal]",
+                f"sim.beamng.request_timeout={TIMEOUT}", "evaluate.conditions=[nominal]",
                 "evaluate.start_fractions=[0.0]", "evaluate.tracks=[road_course]", "evaluate.gif=false",
             ],
         )  # fmt: skip

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from s3.compute.executor import Job, LocalExecutor
+from s3.compute.executor import INSTANCE_ENV, Job, LocalExecutor
 from s3.compute.retry import RetryPolicy
 from s3.sim.base import SimulatorLost, SimulatorRejected, SimulatorUnreachable
 
@@ -102,6 +102,41 @@ def test_jobs_with_one_affinity_never_overlap(tmp_path: Path) -> None:
     pinned = sorted(out[:3])
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(pinned))  # one after another
     assert any(o[0] < p[1] and p[0] < o[1] for o in out[3:] for p in pinned)  # the free job ran beside them
+
+
+def on_instance(folder: str, name: str, dead: tuple[str, ...]) -> str:
+    """A job that needs its simulator instance: unreachable when that instance is one of `dead`."""
+    instance = os.environ[INSTANCE_ENV]
+    Path(folder, f"on-{instance}-{name}.{_attempt(folder, name)}").touch()
+    if instance in dead:
+        raise SimulatorUnreachable(f"cannot reach BeamNG.tech at {instance}")
+    time.sleep(0.05)
+    return instance
+
+
+def test_each_running_job_holds_its_own_instance(tmp_path: Path) -> None:
+    jobs = [Job(f"e{k}", on_instance, (str(tmp_path), f"e{k}", ())) for k in range(6)]
+    out = LocalExecutor(instances=("a:1", "b:2"), policy=FAST).run(jobs)
+    assert all(o.ok and o.retries == 0 for o in out)
+    assert {o.value for o in out} == {"a:1", "b:2"}  # both served, one worker each
+
+
+def test_a_dead_instance_costs_only_its_jobs_which_run_on_the_others(tmp_path: Path) -> None:
+    jobs = [Job(f"e{k}", on_instance, (str(tmp_path), f"e{k}", ("b:2",))) for k in range(6)]
+    out = LocalExecutor(instances=("a:1", "b:2"), policy=FAST).run(jobs)
+    assert [o.value for o in out] == ["a:1"] * 6  # every job done, on the live instance
+    hit = [o for o in out if o.retries]
+    assert len(hit) == 1 and hit[0].causes == ["simulator lost"]  # b:2 failed once, then was down
+    assert len(list(tmp_path.glob("on-b:2-*"))) == 1
+
+
+def test_every_instance_dead_stops_the_stage(tmp_path: Path) -> None:
+    jobs = [Job(f"e{k}", on_instance, (str(tmp_path), f"e{k}", ("a:1", "b:2"))) for k in range(3)]
+    with pytest.raises(SimulatorUnreachable, match="cannot reach BeamNG.tech"):
+        LocalExecutor(instances=("a:1", "b:2"), policy=FAST).run(jobs)
+    (tmp_path / "one").mkdir()
+    with pytest.raises(SimulatorUnreachable, match=r"a:1 \(e0, 3 attempts\)"):
+        LocalExecutor(instances=("a:1",), policy=FAST).run([Job("e0", on_instance, (str(tmp_path / "one"), "e0", ("a:1",)))])
 
 
 def test_backoff_doubles_up_to_its_cap() -> None:

@@ -97,7 +97,7 @@ def test_worker_that_always_dies_is_reported_lost_and_recovered_by_a_rerun(mujoc
 
 # ---------------------------------------------------------------- simulator drops: BeamNG closes its socket
 def _bng(out: Path, port: int, *extra: str) -> Params:
-    return _tiny(out, "collect.workers=1", "sim.backend=beamng", f"sim.beamng.port={port}", f"sim.beamng.socket_timeout={SOCKET_TIMEOUT}", *extra)
+    return _tiny(out, "collect.workers=1", "sim.backend=beamng", f"sim.beamng.port={port}", f"sim.beamng.request_timeout={SOCKET_TIMEOUT}", *extra)
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +130,32 @@ def test_beamng_drop_that_persists_loses_the_episode_and_collection_goes_on(beam
     pd.testing.assert_frame_equal(df, beamng_ref)
 
 
+def test_collect_fails_when_the_lost_share_reaches_its_threshold(tmp_path: Path) -> None:
+    """Any loss is reported; all lost is an error (exit 2 from the CLI), and so is a share at or above
+    `compute.fail_at_lost_share`. The manifest still says what was lost."""
+    from s3.compute.retry import TooMuchLost
+
+    with BeamngStandin(drop_after_steps=20, drops=100) as server:  # every episode drops, every time
+        with pytest.raises(TooMuchLost, match=r"collect: 2 of 2 lost .*simulator lost 1 time"):
+            _collect(_bng(tmp_path / "all", server.port, "compute.retry.retries=0"))
+    assert json.loads((tmp_path / "all" / "rollouts" / MANIFEST).read_text())["episodes_lost"] == 2
+    with BeamngStandin(drop_after_steps=20, drops=2) as server:  # episode 0 lost, episode 1 kept
+        with pytest.raises(TooMuchLost, match=r"collect: 1 of 2 lost .*fail_at_lost_share 0.5"):
+            _collect(_bng(tmp_path / "half", server.port, "compute.retry.retries=1", "compute.fail_at_lost_share=0.5"))
+
+
+def test_evaluate_fails_when_every_run_is_lost(tmp_path: Path) -> None:
+    from s3.compute.retry import TooMuchLost
+    from s3.evaluate.evaluate import evaluate_baseline
+
+    with BeamngStandin(drop_after_steps=5, drops=100) as server:
+        params = _bng(tmp_path, server.port, "compute.retry.retries=0", "evaluate.tracks=[short]", "evaluate.conditions=[nominal]",
+                      "evaluate.start_fractions=[0.0, 0.5]", "evaluate.gif=false")  # fmt: skip
+        with pytest.raises(TooMuchLost, match=r"evaluate pid: 2 of 2 lost"):
+            evaluate_baseline("pid", params, tmp_path / "eval.json", None)
+    assert not (tmp_path / "eval.json").exists()  # no metrics that stand for nothing
+
+
 def test_unreachable_simulator_stops_collect_and_evaluate_after_bounded_retries(tmp_path: Path) -> None:
     """Nobody listening: a bounded number of attempts, then one clear error; no dataset is claimed."""
     from s3.evaluate.evaluate import evaluate_baseline
@@ -157,7 +183,7 @@ def test_evaluation_retries_a_lost_run_then_reports_runs_lost(tmp_path: Path) ->
         params = load_params(
             None,
             [
-                "sim.backend=beamng", f"sim.beamng.port={server.port}", f"sim.beamng.socket_timeout={SOCKET_TIMEOUT}",
+                "sim.backend=beamng", f"sim.beamng.port={server.port}", f"sim.beamng.request_timeout={SOCKET_TIMEOUT}",
                 "evaluate.conditions=[nominal]", "evaluate.start_fractions=[0.0, 0.5]", "evaluate.tracks=[road_course]",
                 "evaluate.gif=false", "evaluate.max_lap_seconds=5", "compute.retry.retries=1", *FAST_RETRY,
             ],

@@ -46,6 +46,7 @@ def _known_errors() -> tuple[type[Exception], ...]:
     """The project's own error classes, of the modules already imported: an exception of a class
     whose module was never imported cannot occur, and importing them (lightning, rsl_rl) costs seconds."""
     where = {
+        "s3.compute.retry": "TooMuchLost",
         "s3.data.rollouts": "RolloutError",
         "s3.dynamics.checkpoint": "CheckpointError",
         "s3.dynamics.distill": "DistillError",

@@ -15,7 +15,14 @@ Contract (any backend: this local pool, later Ray):
   (lost simulator) or whose worker process died is re-run; a non-retriable failure stops the
   stage (raised from `run`); a job whose retries are spent is returned as failed (`ok` False),
   except that an unreachable simulator stops the stage.
-- Affinity: jobs with the same `affinity` (e.g. one simulator instance) never run at once.
+- Affinity: jobs with the same `affinity` never run at once.
+- Instances: with `instances` (e.g. several BeamNG.tech addresses), each running job holds one
+  instance for itself and finds its address in the environment variable INSTANCE_ENV (one worker
+  per instance). An instance whose job lost its simulator is *down*: jobs go to instances that are
+  up while there are any, and a retried job to another instance than the one it failed on; an
+  instance is up again once a job succeeds on it. So an instance that dies costs only the jobs it
+  was running, which are re-run on the others; only when every instance is down does an
+  unreachable simulator stop the stage.
 
 Local backend. `workers == 1` runs the jobs in this process, one after another (no process
 start-up; a job that kills its process kills the stage). Otherwise they run in a process pool
@@ -40,6 +47,8 @@ from typing import Any
 
 from s3.compute.retry import RetryPolicy, WorkerDied, describe
 from s3.workers import exit_with_parent, forkserver_context, prestart
+
+INSTANCE_ENV = "S3_SIM_INSTANCE"  # a job's simulator instance (`instances`), read by s3.sim.factory
 
 
 @dataclass(frozen=True)
@@ -70,9 +79,15 @@ class Outcome:
 class LocalExecutor:
     """Jobs in this process (workers == 1) or in a local process pool (see the module docstring)."""
 
-    def __init__(self, workers: int = 0, preload: Sequence[str] = (), policy: RetryPolicy | None = None, label: str = "s3") -> None:
-        self.workers = max(1, int(workers) or (os.cpu_count() or 1))
+    def __init__(
+        self, workers: int = 0, preload: Sequence[str] = (), policy: RetryPolicy | None = None, label: str = "s3", instances: Sequence[str] = ()
+    ) -> None:
+        self.instances = tuple(instances)
+        if len(set(self.instances)) != len(self.instances):
+            raise ValueError(f"instances: each instance once (got {list(self.instances)})")
+        self.workers = len(self.instances) if self.instances else max(1, int(workers) or (os.cpu_count() or 1))
         self.preload, self.policy, self.label = tuple(preload), policy or RetryPolicy(), label
+        self.down: set[str] = set()  # instances whose last job lost its simulator
 
     def say(self, msg: str) -> None:
         print(f"{self.label}: {msg}", file=sys.stderr, flush=True)
@@ -100,16 +115,26 @@ class LocalExecutor:
             o.causes.append(describe(error))
             self.say(f"{job.name}: {error}; retry {attempt}/{self.policy.retries} in {wait_s:g} s")
 
+        old = os.environ.get(INSTANCE_ENV)
+        if self.instances:  # one instance: this process drives it
+            os.environ[INSTANCE_ENV] = self.instances[0]
         try:
             o.value, o.retries = self.policy.call(lambda: job.fn(*job.args), on_retry)
         except BaseException as e:
+            if self.instances and self.policy.retriable(e):
+                self.down.add(self.instances[0])
             return self._given_up(job, o, e, self.policy.retries + 1)
+        finally:
+            if self.instances and old is None:
+                del os.environ[INSTANCE_ENV]
+            elif self.instances:
+                os.environ[INSTANCE_ENV] = old
         return o
 
     def _given_up(self, job: Job, o: Outcome, error: BaseException, attempts: int) -> Outcome:
         """A job's last attempt failed: stop the stage, or report the job failed."""
-        if self.policy.fatal(error):
-            if self.policy.retriable(error):  # an unreachable simulator, still so on the last attempt
+        if self.policy.fatal(error) and not (self.policy.retriable(error) and self.instances and set(self.instances) - self.down):
+            if self.policy.retriable(error):  # an unreachable simulator (every instance), still so on the last attempt
                 raise type(error)(f"{error} ({job.name}, {attempts} attempts)") from None
             raise error
         o.error, o.retries = f"{error}", max(o.retries, attempts - 1)  # re-runs after a shared pool broke count too
@@ -124,6 +149,8 @@ class LocalExecutor:
         outcomes = {i: Outcome(jobs[i].name) for i in range(len(jobs))}
         attempts = dict.fromkeys(range(len(jobs)), 0)
         not_before = dict.fromkeys(range(len(jobs)), 0.0)  # backoff: monotonic time of the next attempt
+        held: dict[Future[Any], str] = {}  # the instance each running job holds
+        failed_on: dict[int, str] = {}  # the instance a job last failed on
         while fresh or suspects:
             alone = bool(suspects)  # after a pool broke: one job at a time, to charge a death to its job
             queue = suspects if alone else fresh
@@ -137,22 +164,35 @@ class LocalExecutor:
                     for i in ready:
                         if broken or len(running) >= width or jobs[i].affinity in busy:
                             continue
+                        env = dict(os.environ)
+                        if self.instances:
+                            instance = self._instance_for(set(held.values()), failed_on.get(i))
+                            if instance is None:  # the instances that are up are all busy
+                                break
+                            env[INSTANCE_ENV] = instance
                         queue.remove(i)
                         attempts[i] += 1
-                        running[pool.submit(_in_worker, dict(os.environ), jobs[i].fn, jobs[i].args)] = i
+                        fut = pool.submit(_in_worker, env, jobs[i].fn, jobs[i].args)
+                        running[fut] = i
+                        if self.instances:
+                            held[fut] = env[INSTANCE_ENV]
                         busy |= {jobs[i].affinity} - {None}
                     if not running:  # everything left waits out a backoff
                         time.sleep(max(0.0, min(not_before[i] for i in queue) - time.monotonic()))
                         continue
                     done, _ = wait(running, timeout=self._next_wake(queue, not_before), return_when=FIRST_COMPLETED)
                     for fut in done:
-                        i = running.pop(fut)
+                        i, instance = running.pop(fut), held.pop(fut, None)
                         try:
                             outcomes[i].value = fut.result()
+                            self.down.discard(instance)  # type: ignore[arg-type]
                         except BrokenProcessPool:
                             broken.append(i)
                             continue
                         except BaseException as e:  # the job's own failure
+                            if instance is not None and self.policy.retriable(e):
+                                self.down.add(instance)
+                                failed_on[i] = instance
                             if self._retry(jobs[i], outcomes[i], e, attempts[i]):
                                 not_before[i] = time.monotonic() + self.policy.wait_s(attempts[i])
                                 queue.append(i)
@@ -180,6 +220,17 @@ class LocalExecutor:
                     suspects.appendleft(i)
                 else:
                     finish(i, self._given_up(jobs[i], outcomes[i], died, attempts[i]))
+
+    def _instance_for(self, in_use: set[str], avoid: str | None) -> str | None:
+        """A free instance for the next job: one that is up (not `avoid`, the one this job last
+        failed on, while another will do); while an instance that is up is busy, none that is down;
+        when every instance is down, a free one all the same (it may be back)."""
+        free = [r for r in self.instances if r not in in_use]
+        up = [r for r in free if r not in self.down]
+        if not up and any(r not in self.down for r in in_use):
+            return None
+        pool = up or free
+        return min(pool, key=lambda r: r == avoid) if pool else None
 
     def _retry(self, job: Job, o: Outcome, error: BaseException, attempt: int) -> bool:
         """Whether a job that raised `error` on attempt `attempt` runs again."""

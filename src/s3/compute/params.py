@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from s3.compute.retry import RetryPolicy
 
@@ -13,3 +13,10 @@ class ComputeParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     retry: RetryPolicy = RetryPolicy()
+    fail_at_lost_share: float = Field(
+        1.0,
+        gt=0.0,
+        le=1.0,
+        description="collect and evaluate exit non-zero when at least this share of their episodes / runs is lost after the "
+        "retries (1.0: only when all is lost); any loss is reported",
+    )

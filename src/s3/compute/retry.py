@@ -64,6 +64,21 @@ class RetryPolicy(BaseModel):
         return value, n - 1
 
 
+class TooMuchLost(RuntimeError):
+    """A stage lost at least `compute.fail_at_lost_share` of its jobs' work after the retries."""
+
+
+def check_lost(stage: str, lost: int, total: int, fail_at_share: float, first_error: str | None, record: str) -> None:
+    """Raise TooMuchLost when `lost` of `total` reaches `fail_at_share` (1.0: only when all is lost);
+    below it the stage goes on and its record lists what was lost."""
+    if total <= 0 or lost <= 0 or lost / total < fail_at_share:
+        return
+    raise TooMuchLost(
+        f"{stage}: {lost} of {total} lost to the simulator after the retries (compute.fail_at_lost_share {fail_at_share:g}); "
+        f"first error: {first_error}; see {record}"
+    )
+
+
 class _State:
     """The piece of tenacity's RetryCallState that its wait strategies read."""
 

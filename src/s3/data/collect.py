@@ -42,6 +42,7 @@ from rich.progress import Progress
 
 from s3 import __version__
 from s3.compute.executor import Job, LocalExecutor, Outcome
+from s3.compute.retry import check_lost
 from s3.config import Params
 from s3.data.driver import ExplorationDriver
 from s3.data.rollouts import (
@@ -58,7 +59,7 @@ from s3.data.rollouts import (
 from s3.data.schema import COLUMNS, SCHEMA_VERSION
 from s3.io import workspace_lock, write_json_atomic
 from s3.sim.base import Control, SimulatorError, SimulatorLost, SourceSim, VehicleState
-from s3.sim.factory import drop_worker_sim, worker_sim
+from s3.sim.factory import drop_worker_sim, instances, worker_sim
 from s3.tracks.generate import procedural_track
 from s3.tracks.track import Track
 
@@ -183,11 +184,15 @@ def _injected_exit(episode: int) -> None:
     os._exit(70)
 
 
+# BeamNG params that say where and how patiently to reach the simulator, not what it simulates
+BEAMNG_NOT_DATA = {"host", "port", "instances", "request_timeout", "load_timeout", "bng_home", "check_position_m", "check_heading_deg", "check_speed_m_s"}
+
+
 def data_params(params: Params) -> dict[str, Any]:
     """Every param that changes a row, and none that does not (worker count, paths, the simulator's address)."""
     return {
         "seed": params.seed,
-        "sim": params.sim.model_dump(mode="json", exclude={"beamng": {"host", "port", "socket_timeout", "bng_home"}}),
+        "sim": params.sim.model_dump(mode="json", exclude={"beamng": BEAMNG_NOT_DATA}),
         "collect": params.collect.model_dump(mode="json", exclude={"workers", "out_dir", "plot_dir"}),
     }
 
@@ -246,8 +251,9 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics
     record = root / metrics_path if metrics_path is not None else None
     key = data_key(params)
     n_shards = math.ceil(c.episodes / c.episodes_per_shard)
-    # one BeamNG instance is one world: its episodes run one after another
-    workers = 1 if params.sim.backend == "beamng" else (c.workers or os.cpu_count() or 1)
+    # one BeamNG instance is one world: one worker per instance, its episodes one after another
+    sims = instances(params.sim)
+    workers = len(sims) if sims else (c.workers or os.cpu_count() or 1)
     params_json = params.model_dump_json()
     with workspace_lock(out, "s3 collect"):
         old_sha = _previous_hashes(out)
@@ -278,7 +284,7 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics
                 progress.advance(bar)
 
             preload = ("s3.data.collect", "s3.sim.factory", f"s3.sim.{'beamng' if params.sim.backend == 'beamng' else 'mujoco_car'}")
-            executor = LocalExecutor(workers, preload, params.compute.retry, label="collect")
+            executor = LocalExecutor(workers, preload, params.compute.retry, label="collect", instances=sims)
             try:
                 executor.run([Job(f"shard {k}", collect_shard, (params_json, k, str(out), key)) for k in todo], done)
             finally:
@@ -294,6 +300,8 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics
                 f"(episodes {', '.join(str(d['episode']) for d in manifest['lost'])}; see {path}); "
                 "re-run `s3 collect` to collect them"
             )
+        first = next((d.get("reason") for d in manifest["lost"]), None)
+        check_lost("collect", manifest["episodes_lost"], c.episodes, params.compute.fail_at_lost_share, first, str(path))
         from s3.viz.collect_plots import plot_sample_episodes
 
         plot_sample_episodes(out, root / c.plot_dir / "sample_episodes.png", params)

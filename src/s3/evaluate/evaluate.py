@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from s3.compute.executor import Job, LocalExecutor
-from s3.compute.retry import RetryPolicy
+from s3.compute.retry import RetryPolicy, check_lost
 from s3.evaluate.drivers import DriverFactory, PidFactory, cautious
 from s3.evaluate.metrics import run_metrics
 from s3.evaluate.params import EvaluateParams
@@ -38,7 +38,7 @@ from s3.evaluate.run import RunResult, run_lap
 from s3.evaluate.suite import by_seed, summarise
 from s3.io import write_json_atomic
 from s3.sim.base import SimulatorLost
-from s3.sim.factory import drop_worker_sim, worker_sim
+from s3.sim.factory import drop_worker_sim, instances, worker_sim
 from s3.tracks.evaluation_circuits import circuit_stats, evaluation_track, ice_patches
 from s3.viz.track_plot import save_figure
 
@@ -109,10 +109,10 @@ def evaluate_driver(
     seeded = _seeded(drivers)
     runs = [(seed, spec, cond, i) for seed, _ in seeded for spec in ep.tracks for cond in ep.conditions for i in range(len(ep.start_fractions))]
     factory_of = dict(seeded)
-    beamng = params.sim.backend == "beamng"
-    workers = 1 if beamng else ep.workers  # one BeamNG instance is one world
+    sims = instances(params.sim)  # one BeamNG instance is one world: one worker per instance
     compute = getattr(params, "compute", None)
-    executor = LocalExecutor(workers, PRELOAD, compute.retry if compute is not None else RetryPolicy(), label=f"evaluate {name}")
+    retry = compute.retry if compute is not None else RetryPolicy()
+    executor = LocalExecutor(len(sims) or ep.workers, PRELOAD, retry, label=f"evaluate {name}", instances=sims)
     sim_json, ep_json = params.sim.model_dump_json(), ep.model_dump_json()
     jobs = [Job(f"seed {seed} {spec} {cond} start {i}", evaluation_run, (sim_json, ep_json, factory_of[seed], spec, cond, i)) for seed, spec, cond, i in runs]
     try:
@@ -134,6 +134,8 @@ def evaluate_driver(
         kept.append(({"seed": seed, **row}, r))
     rows = [row for row, _ in kept]
     names = [track_name(spec) for spec in ep.tracks]
+    fail_at = compute.fail_at_lost_share if compute is not None else 1.0
+    check_lost(f"evaluate {name}", len(lost), len(runs), fail_at, lost[0]["error"] if lost else None, "the log above")
     if lost:
         print(f"evaluate: {len(lost)} run(s) lost to the simulator connection, left out of the metrics (see {out_json})", file=sys.stderr, flush=True)
     plots = _plots(name, kept, ep, Path(plots_dir)) if plots_dir is not None else []

@@ -93,6 +93,31 @@ FRICTION_LUA = (
     "for name, g in pairs(G) do if name == n or g.parent == n then be:setGroundModel(name, gm.cdata) end end"
 )
 
+
+class BeamngMismatch(SimulatorError):
+    """BeamNG did not do what s3 asked (a reset's pose or speed, an ice switch): a convention or a
+    setting is wrong, and would be wrong again, so the stage stops (never retried)."""
+
+
+def set_socket_timeout(conn: Any, seconds: float, what: str) -> None:
+    """Bound every reply on a beamngpy Connection to `seconds`. beamngpy 1.36's public API sets one
+    timeout per BeamNGpy at construction (`socket_timeout`) and none on vehicle connections; this
+    sets it on a live Connection (its `timeout`, and the `settimeout` of the socket under its
+    PrefixedLengthSocket `skt`), and stops loudly if those internals are not there, rather than
+    leave the connection without a bound. docs/beamng.md: timeouts."""
+    skt = getattr(conn, "skt", None)
+    raw = getattr(skt, "skt", None)
+    if conn is None or skt is None or not hasattr(raw, "settimeout"):
+        import beamngpy
+
+        raise SimulatorError(
+            f"cannot bound {what} to {seconds:g} s: beamngpy {beamngpy.__version__} no longer has Connection.skt.skt "
+            "(s3 follows beamngpy 1.36); a frozen BeamNG.tech would hang s3"
+        )
+    conn.timeout = skt.timeout = seconds
+    raw.settimeout(seconds)
+
+
 SET_VELOCITY_MAX_PER_S = 30.0  # beamngpy: dt = 1 s suits velocities up to 30 m/s
 
 
@@ -169,7 +194,7 @@ class BeamngSim:
         from beamngpy import BeamNGpy
 
         p = self.params
-        bng = BeamNGpy(p.host, p.port, home=p.bng_home, quit_on_close=False, socket_timeout=p.socket_timeout)
+        bng = BeamNGpy(p.host, p.port, home=p.bng_home, quit_on_close=False, socket_timeout=p.request_timeout)
         try:
             bng.open(launch=p.bng_home is not None)
         except Exception as e:
@@ -203,29 +228,19 @@ class BeamngSim:
         vehicle.sensors.attach("electrics", Electrics())
         x0, y0 = track.centerline[0] + self._origin
         scenario.add_vehicle(vehicle, pos=(float(x0), float(y0), p.origin[2]), rot_quat=yaw_to_rot_quat(float(track.heading[0])))
+        set_socket_timeout(bng.connection, p.load_timeout, "the BeamNG.tech connection")
         scenario.make(bng)
         bng.scenario.load(scenario)
         bng.scenario.start()
+        set_socket_timeout(bng.connection, p.request_timeout, "the BeamNG.tech connection")
+        set_socket_timeout(getattr(vehicle, "connection", None), p.request_timeout, f"vehicle {p.vehicle_id}'s connection")
         bng.settings.set_deterministic(p.steps_per_second)
         bng.control.pause()
-        self._bound_vehicle_socket(vehicle)
         if p.shift_mode is not None:
             vehicle.set_shift_mode(p.shift_mode)
         self._vehicle = vehicle
         self._scenario_key = key
         self._scale = 1.0
-
-    def _bound_vehicle_socket(self, vehicle: Any) -> None:
-        """beamngpy 1.36 opens vehicle sockets without socket_timeout: give them the same one."""
-        t = self.params.socket_timeout
-        conn = getattr(vehicle, "connection", None)
-        skt = getattr(conn, "skt", None)
-        if conn is None or skt is None:
-            return
-        conn.timeout = t
-        skt.timeout = t
-        if getattr(skt, "skt", None) is not None:
-            skt.skt.settimeout(t)
 
     # -- SourceSim -------------------------------------------------------------------------
     def reset(self, track: Track, x: float, y: float, yaw: float, speed: float) -> VehicleState:
@@ -238,17 +253,17 @@ class BeamngSim:
             self._set_friction(1.0)
             p, veh = self.params, self._vehicle
             speed = max(0.0, float(speed))
-            if speed > 0.05:
-                runup = max(p.runup_time, speed / SET_VELOCITY_MAX_PER_S)
-                back = 0.5 * speed * runup
-                self._teleport(x - back * math.cos(yaw), y - back * math.sin(yaw), yaw)
-                veh.control(steering=0.0, throttle=0.0, brake=0.0, parkingbrake=0.0)
+            runup = max(p.runup_time, speed / SET_VELOCITY_MAX_PER_S) if speed > 0.05 else 0.0
+            back = 0.5 * speed * runup  # the run-up starts this far behind the pose (0 at standstill)
+            x0, y0 = x - back * math.cos(yaw), y - back * math.sin(yaw)
+            self._teleport(x0, y0, yaw)
+            veh.control(steering=0.0, throttle=0.0, brake=0.0, parkingbrake=0.0)
+            yaw_rate = self._advance(p.settle_steps)  # BeamNG carries out the teleport before anything else
+            self.check_reset(veh.sensors["state"], x0, y0, yaw, 0.0, "teleport")
+            if runup > 0.0:  # the speed only once the pose has taken effect
                 veh.set_velocity(speed, runup)
                 yaw_rate = self._advance(max(1, int(round(runup * p.steps_per_second))))
-            else:
-                self._teleport(x, y, yaw)
-                veh.control(steering=0.0, throttle=0.0, brake=0.0, parkingbrake=0.0)
-                yaw_rate = self._advance(p.settle_steps)  # let BeamNG carry out the reset before reading
+                self.check_reset(veh.sensors["state"], x, y, yaw, speed, f"run-up to {speed:g} m/s")
             self._k = 0
             state = self._state(yaw_rate)
             self._update_friction()
@@ -293,6 +308,39 @@ class BeamngSim:
             pass
         self._bng = self._vehicle = None
         self._scenario_key = None
+
+    # -- the self-check ----------------------------------------------------------------------
+    def check_reset(self, state: dict[str, Any], x: float, y: float, yaw: float, speed: float, what: str) -> None:
+        """Stop (BeamngMismatch, never retried) when BeamNG's State sensor does not show the pose
+        and forward speed a reset asked for, within `check_position_m`, `check_heading_deg`,
+        `check_speed_m_s`; the message names the mismatch and its likely cause (docs/beamng.md)."""
+        p = self.params
+        try:
+            pos = np.asarray(state["pos"], dtype=np.float64)[:2] - self._origin
+            vel = np.asarray(state["vel"], dtype=np.float64)
+        except (KeyError, TypeError, ValueError) as e:
+            raise SimulatorError(f"BeamNG State sensor incomplete: {e}") from None
+        got_yaw = self._yaw(state)
+        turn = math.degrees(wrap_angle(got_yaw - yaw))
+        if abs(turn) > p.check_heading_deg:
+            cause = (
+                "rotation convention"
+                if abs(wrap_angle(got_yaw + yaw)) < math.radians(p.check_heading_deg) or abs(abs(turn) - 180.0) < p.check_heading_deg
+                else "heading"
+            )
+            raise BeamngMismatch(f"BeamNG reset ({what}): asked heading {math.degrees(yaw):.1f} deg, got {math.degrees(got_yaw):.1f} deg: {cause}")
+        off = float(np.hypot(pos[0] - x, pos[1] - y))
+        if off > p.check_position_m:
+            raise BeamngMismatch(
+                f"BeamNG reset ({what}): asked ({x:.2f}, {y:.2f}) m, got ({pos[0]:.2f}, {pos[1]:.2f}) m, {off:.2f} m away "
+                f"(> sim.beamng.check_position_m {p.check_position_m:g}): origin or safe_spawn"
+            )
+        forward = math.cos(got_yaw) * vel[0] + math.sin(got_yaw) * vel[1]
+        if abs(forward - speed) > p.check_speed_m_s:
+            raise BeamngMismatch(
+                f"BeamNG reset ({what}): asked {speed:.2f} m/s forward, got {forward:.2f} m/s "
+                f"(> sim.beamng.check_speed_m_s {p.check_speed_m_s:g}): set_velocity"
+            )
 
     # -- internals -------------------------------------------------------------------------
     def _drop(self) -> None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+INSTANCE_RE = r"^[A-Za-z0-9_.\-]+:[0-9]{1,5}$"
 
 
 class BeamngParams(BaseModel):
@@ -22,7 +24,13 @@ class BeamngParams(BaseModel):
     # connection
     host: str = Field("127.0.0.1", min_length=1, description="host of a running BeamNG.tech (its research port)")
     port: int = Field(25252, ge=1, le=65535, description="BeamNG.tech research port (-tport)")
-    socket_timeout: float | None = Field(300.0, gt=0.0, description="s; a BeamNG reply slower than this fails the episode (map loads are slow)")
+    instances: tuple[str, ...] = Field(
+        (),
+        description="several running BeamNG.tech instances as host:port; collection and evaluation spread their episodes "
+        "over them, one worker each (an instance that dies costs only its own episodes, re-run on the others); empty: host:port",
+    )
+    request_timeout: float = Field(60.0, gt=0.0, le=3600.0, description="s; a step, sensor poll or control without a reply in this time is a lost simulator")
+    load_timeout: float = Field(300.0, gt=0.0, le=7200.0, description="s; the same for loading a level or scenario (slow)")
     bng_home: str | None = Field(None, description="BeamNG.tech install folder: if set and nothing listens on host:port, launch it there")
 
     # scenario
@@ -42,6 +50,11 @@ class BeamngParams(BaseModel):
     settle_steps: int = Field(2, ge=1, le=1000, description="steps run with zero inputs after a standstill teleport, before the state is read")
     safe_spawn: bool = Field(True, description="let BeamNG put the teleported car onto the ground")
 
+    # the self-check after every reset (docs/beamng.md): beyond these, the reset stops the stage
+    check_position_m: float = Field(0.5, gt=0.0, le=50.0, description="m, asked vs read-back position")
+    check_heading_deg: float = Field(5.0, gt=0.0, le=180.0, description="deg, asked vs read-back heading")
+    check_speed_m_s: float = Field(0.5, gt=0.0, le=50.0, description="m/s, asked vs read-back forward speed")
+
     # surface friction
     friction_mode: Literal["lua", "level"] = Field(
         "lua",
@@ -55,3 +68,24 @@ class BeamngParams(BaseModel):
     track_width: float = Field(1.6, ge=1.0, le=2.2, description="m, for the per-wheel friction labels")
     max_steer: float = Field(0.55, gt=0.05, le=1.0, description="rad, road-wheel angle at full steering input")
     steering_wheel_lock: float = Field(450.0, gt=0.0, le=1800.0, description="deg, steering-wheel angle at full input (the jbeam steeringWheelLock)")
+
+    @field_validator("instances")
+    @classmethod
+    def _instances(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        import re
+
+        bad = [x for x in v if not re.fullmatch(INSTANCE_RE, x) or not 1 <= int(x.rsplit(":", 1)[1]) <= 65535]
+        if bad:
+            raise ValueError(f"each instance is host:port, e.g. 127.0.0.1:25252 (got {bad})")
+        if len(set(v)) != len(v):
+            raise ValueError(f"an instance is listed twice ({list(v)})")
+        return v
+
+    def addresses(self) -> tuple[str, ...]:
+        """The instances to drive: `instances`, or host:port alone."""
+        return self.instances or (f"{self.host}:{self.port}",)
+
+    def at(self, address: str) -> BeamngParams:
+        """These params pointed at one instance (host:port)."""
+        host, port = address.rsplit(":", 1)
+        return self.model_copy(update={"host": host, "port": int(port), "instances": ()})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from s3.sim.base import SourceSim
@@ -9,6 +10,7 @@ from s3.sim.base import SourceSim
 if TYPE_CHECKING:
     from s3.config import SimParams
     from s3.sim.aids import DriverAidsParams
+    from s3.sim.beamng_params import BeamngParams
 
 
 def make_sim(params: SimParams, aids: DriverAidsParams | None = None) -> SourceSim:
@@ -31,8 +33,23 @@ def _bare_sim(params: SimParams) -> SourceSim:
     if params.backend == "beamng":
         from s3.sim.beamng import BeamngSim  # imports beamngpy (~2 s): only for this backend
 
-        return BeamngSim(params.beamng, control_dt=params.control_dt)
+        return BeamngSim(beamng_params_here(params), control_dt=params.control_dt)
     raise ValueError(f"sim.backend: unknown backend {params.backend!r}")
+
+
+def beamng_params_here(params: SimParams) -> BeamngParams:
+    """The BeamNG params of this process: pointed at the instance the executor gave its job
+    (s3.compute.executor.INSTANCE_ENV), if any."""
+    from s3.compute.executor import INSTANCE_ENV
+
+    address = os.environ.get(INSTANCE_ENV)
+    return params.beamng.at(address) if address else params.beamng
+
+
+def instances(params: SimParams) -> tuple[str, ...]:
+    """The simulator instances a stage's jobs spread over (one worker each): BeamNG's addresses;
+    none for the embedded simulator (any number of workers)."""
+    return params.beamng.addresses() if params.backend == "beamng" else ()
 
 
 _CACHED: tuple[str, SourceSim] | None = None
@@ -45,7 +62,9 @@ def worker_sim(params: SimParams, aids: DriverAidsParams | None = None) -> Sourc
     from s3.sim.base import SimulatorLost, SimulatorUnreachable
 
     global _CACHED
-    key = params.model_dump_json() + (aids.model_dump_json() if aids is not None else "")  # aids None: params.driver_aids
+    from s3.compute.executor import INSTANCE_ENV
+
+    key = params.model_dump_json() + (aids.model_dump_json() if aids is not None else "") + os.environ.get(INSTANCE_ENV, "")
     if _CACHED is None or _CACHED[0] != key:
         drop_worker_sim()
         try:

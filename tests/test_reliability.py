@@ -135,13 +135,13 @@ def test_collect_fails_when_the_lost_share_reaches_its_threshold(tmp_path: Path)
     `compute.fail_at_lost_share`. The manifest still says what was lost."""
     from s3.compute.retry import TooMuchLost
 
-    with BeamngStandin(drop_after_steps=20, drops=100) as server:  # every episode drops, every time
-        with pytest.raises(TooMuchLost, match=r"collect: 2 of 2 lost .*simulator lost 1 time"):
-            _collect(_bng(tmp_path / "all", server.port, "compute.retry.retries=0"))
+    # every episode drops, every time
+    with BeamngStandin(drop_after_steps=20, drops=100) as server, pytest.raises(TooMuchLost, match=r"collect: 2 of 2 lost .*simulator lost 1 time"):
+        _collect(_bng(tmp_path / "all", server.port, "compute.retry.retries=0"))
     assert json.loads((tmp_path / "all" / "rollouts" / MANIFEST).read_text())["episodes_lost"] == 2
-    with BeamngStandin(drop_after_steps=20, drops=2) as server:  # episode 0 lost, episode 1 kept
-        with pytest.raises(TooMuchLost, match=r"collect: 1 of 2 lost .*fail_at_lost_share 0.5"):
-            _collect(_bng(tmp_path / "half", server.port, "compute.retry.retries=1", "compute.fail_at_lost_share=0.5"))
+    # episode 0 lost, episode 1 kept
+    with BeamngStandin(drop_after_steps=20, drops=2) as server, pytest.raises(TooMuchLost, match=r"collect: 1 of 2 lost .*fail_at_lost_share 0.5"):
+        _collect(_bng(tmp_path / "half", server.port, "compute.retry.retries=1", "compute.fail_at_lost_share=0.5"))
 
 
 def test_evaluate_fails_when_every_run_is_lost(tmp_path: Path) -> None:

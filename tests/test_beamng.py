@@ -12,6 +12,7 @@ import math
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from s3.data.rollouts import load_rollouts, read_manifest
 from s3.data.schema import COLUMNS
 from s3.sim.aids import DriverAidsParams
 from s3.sim.base import Control, SimulatorError, SimulatorLost, SimulatorRejected, SourceSim
-from s3.sim.beamng import FRICTION_LUA, BeamngSim, friction_lua, yaw_to_rot_quat
+from s3.sim.beamng import FRICTION_LUA, BeamngSim, friction_check_lua, friction_lua, yaw_to_rot_quat
 from s3.sim.beamng_params import BeamngParams
 from s3.sim.beamng_standin import FRICTION_RE, PROTOCOL_VERSION, BeamngStandin, recv_frame, send_frame
 from s3.sim.factory import drop_worker_sim, make_sim
@@ -109,7 +110,7 @@ def test_unknown_message_raises_in_beamngpy(standin: BeamngStandin) -> None:
     try:
         with pytest.raises(BNGError, match="Unknown message type: GameStateRequest"):
             bng.control.get_gamestate()
-        with pytest.raises(BNGError, match="friction template"):
+        with pytest.raises(BNGError, match="friction chunks"):
             bng.control.queue_lua_command("print('hello')")
         assert bng.system.get_environment_paths()["home"]  # the socket is still usable afterwards
     finally:
@@ -137,6 +138,51 @@ def test_unreachable_simulator_is_a_simulator_error() -> None:
         BeamngSim(BeamngParams(port=port, request_timeout=2.0))
 
 
+def test_a_frozen_simulator_is_lost_within_twice_the_request_timeout() -> None:
+    """A BeamNG.tech that stops answering: the step fails as a lost simulator (retried elsewhere)
+    within request_timeout, doubled by beamngpy's one reconnect, not after the load timeout."""
+    with BeamngStandin(freeze_after_steps=6) as frozen:
+        s = BeamngSim(BeamngParams(port=frozen.port, request_timeout=1.0, load_timeout=30.0))
+        try:
+            s.reset(circle_track(), 340.0, -25.0, np.pi / 2, 0.0)
+            t0 = time.monotonic()
+            with pytest.raises(SimulatorLost, match="BeamNG step failed"):
+                for _ in range(10):
+                    s.step(Control(0.0, 0.3, 0.0))
+            waited = time.monotonic() - t0
+        finally:
+            frozen.thaw()
+            s.close()
+    assert frozen.frozen is not None and 1.0 <= waited < 2 * 1.0 + 2.0
+
+
+def test_the_self_check_catches_a_flipped_rotation(standin: BeamngStandin, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An injected convention error (the heading's sign flipped) stops the reset with one line that
+    names it; so do a displaced origin and a start speed that did not take."""
+    import s3.sim.beamng as adapter
+
+    s = BeamngSim(BeamngParams(port=standin.port, request_timeout=TIMEOUT))
+    try:
+        right = adapter.yaw_to_rot_quat
+        monkeypatch.setattr(adapter, "yaw_to_rot_quat", lambda yaw, safe_spawn: right(-yaw, safe_spawn))
+        with pytest.raises(adapter.BeamngMismatch, match=r"^BeamNG reset \(teleport\): asked heading 30.0 deg, got -30.0 deg: rotation convention$"):
+            s.reset(circle_track(), 340.0, -25.0, math.radians(30.0), 0.0)
+        monkeypatch.setattr(adapter, "yaw_to_rot_quat", right)
+        s._origin = s._origin + 2.0  # s3 thinks the track lies elsewhere in the level
+        with pytest.raises(adapter.BeamngMismatch, match=r"asked \(340.00, -25.00\) m, got \(338.00, -27.00\) m, 2.83 m away"):
+            s.reset(circle_track(), 340.0, -25.0, np.pi / 2, 0.0)
+    finally:
+        s.close()
+    s = BeamngSim(BeamngParams(port=standin.port, request_timeout=TIMEOUT))
+    try:
+        s.reset(circle_track(), 340.0, -25.0, np.pi / 2, 0.0)  # connects the vehicle
+        monkeypatch.setattr(s._vehicle, "set_velocity", lambda v, dt: None)  # the start speed never arrives
+        with pytest.raises(adapter.BeamngMismatch, match=r"run-up to 12 m/s\): asked 12.00 m/s forward, got -?0.00 m/s"):
+            s.reset(circle_track(), 340.0, -25.0, np.pi / 2, 12.0)
+    finally:
+        s.close()
+
+
 def test_friction_template_is_fixed_and_parsed_exactly() -> None:
     chunk = friction_lua("ASPHALT", 0.25)
     m = FRICTION_RE.fullmatch(chunk)
@@ -146,13 +192,75 @@ def test_friction_template_is_fixed_and_parsed_exactly() -> None:
     assert FRICTION_LUA.count("{gm}") == 1 and FRICTION_LUA.count("{scale}") == 1
 
 
-def test_yaw_quaternion_faces_the_car_along_yaw() -> None:
-    """BeamNG vehicles face local -Y: the quaternion must rotate (0, -1, 0) onto (cos yaw, sin yaw)."""
-    from beamngpy.misc.quat import compute_rotation_matrix
+# -- BeamNG's rotation conventions, from its Lua (s3.sim.beamng_standin.rotation; docs/beamng.md) ------
+def test_lua_rotates_a_vector_by_the_inverse_quaternion() -> None:
+    """mathlib.lua: (0, 0, sin(a/2), cos(a/2)) * v turns v by -a about z; (a * b) * v = b * (a * v)."""
+    from s3.sim.beamng_standin.rotation import lua_mul, lua_rotate
 
-    for yaw in (0.0, 0.7, math.pi / 2, -2.5, math.pi):
-        fwd = compute_rotation_matrix(yaw_to_rot_quat(yaw)) @ np.array([0.0, -1.0, 0.0])
-        np.testing.assert_allclose(fwd, [math.cos(yaw), math.sin(yaw), 0.0], atol=1e-12)
+    a = 0.7
+    qa = (0.0, 0.0, math.sin(a / 2), math.cos(a / 2))
+    np.testing.assert_allclose(lua_rotate(qa, (1.0, 0.0, 0.0)), [math.cos(a), -math.sin(a), 0.0], atol=1e-12)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        q1, q2 = (tuple(q / np.linalg.norm(q)) for q in rng.normal(size=(2, 4)))
+        v = rng.normal(size=3)
+        np.testing.assert_allclose(lua_rotate(lua_mul(q1, q2), v), lua_rotate(q2, lua_rotate(q1, v)), atol=1e-12)
+
+
+def test_quat_from_dir_worked_examples() -> None:
+    """mathlib.lua quatFromDir: dir +Y is the identity, dir +X is (0, 0, 0.7071, 0.7071); q * (0, 1, 0) = dir."""
+    from s3.sim.beamng_standin.rotation import lua_rotate, quat_from_dir
+
+    np.testing.assert_allclose(quat_from_dir((0.0, 1.0, 0.0)), (0.0, 0.0, 0.0, 1.0), atol=1e-12)
+    np.testing.assert_allclose(quat_from_dir((1.0, 0.0, 0.0)), (0.0, 0.0, math.sqrt(0.5), math.sqrt(0.5)), atol=1e-12)
+    for d in ((0.3, -0.8, 0.0), (-1.0, 0.2, 0.1)):
+        np.testing.assert_allclose(lua_rotate(quat_from_dir(d), (0.0, 1.0, 0.0)), np.array(d) / np.linalg.norm(d), atol=1e-12)
+
+
+def test_a_teleport_quaternion_gives_the_dir_beamng_lua_gives() -> None:
+    """handleTeleport + spawn.safeTeleport: the identity rotation faces -Y without safe_spawn and +Y
+    with it (safeTeleport's quat(0, 0, 1, 0)); (0, 0, 0.7071, 0.7071) faces -X and +X."""
+    from s3.sim.beamng_standin.rotation import heading, teleport_rotation
+
+    here = (0.0, 0.0, 0.0, 1.0)
+    cases = [((0.0, 0.0, 0.0, 1.0), False, -90.0), ((0.0, 0.0, 0.0, 1.0), True, 90.0),
+             ((0.0, 0.0, math.sqrt(0.5), math.sqrt(0.5)), False, 180.0), ((0.0, 0.0, math.sqrt(0.5), math.sqrt(0.5)), True, 0.0),
+             ((0.0, 0.0, 1.0, 0.0), False, 90.0), ((0.0, 0.0, 1.0, 0.0), True, -90.0)]  # fmt: skip
+    for rot, safe, deg in cases:
+        got = math.degrees(heading(teleport_rotation(rot, safe, here)))
+        assert abs(((got - deg + 180.0) % 360.0) - 180.0) < 1e-9, (rot, safe, got, deg)
+
+
+@pytest.mark.parametrize("safe_spawn", [True, False])
+def test_the_adapter_quaternion_faces_the_asked_heading(safe_spawn: bool) -> None:
+    """s3's rotation for yaw psi gives dir = (cos psi, sin psi) by BeamNG's conventions, with and
+    without safe_spawn; the textbook rotation by psi + pi/2 (the adapter before issue 26) gives -psi
+    with safe_spawn and pi - psi without, right only at psi = 0 or pi."""
+    from s3.sim.beamng_standin.rotation import heading, teleport_rotation
+
+    def wrapped(a: float) -> float:
+        return (a + math.pi) % (2 * math.pi) - math.pi
+
+    here = (0.0, 0.0, 0.0, 1.0)
+    for yaw in (0.0, 0.5, math.pi / 2, -2.5, math.pi, math.radians(30.0)):
+        assert abs(wrapped(heading(teleport_rotation(yaw_to_rot_quat(yaw, safe_spawn), safe_spawn, here)) - yaw)) < 1e-9
+        old = (0.0, 0.0, math.sin((yaw + math.pi / 2) / 2), math.cos((yaw + math.pi / 2) / 2))
+        expect = -yaw if safe_spawn else math.pi - yaw
+        assert abs(wrapped(heading(teleport_rotation(old, safe_spawn, here)) - expect)) < 1e-9
+
+
+@pytest.mark.parametrize("safe_spawn", [True, False])
+def test_reset_at_four_headings_reads_back_as_asked(standin: BeamngStandin, safe_spawn: bool) -> None:
+    """Through beamngpy and the stand-in: a reset asked to face psi reads back dir = (cos psi, sin psi)."""
+    s = BeamngSim(BeamngParams(port=standin.port, request_timeout=TIMEOUT, safe_spawn=safe_spawn))
+    try:
+        for deg in (30.0, 120.0, -150.0, -60.0):
+            st = s.reset(circle_track(), 340.0, -25.0, math.radians(deg), 0.0)
+            d = s._vehicle.sensors["state"]["dir"]
+            np.testing.assert_allclose(d[:2], [math.cos(math.radians(deg)), math.sin(math.radians(deg))], atol=1e-3)
+            assert abs(math.degrees(st.yaw) - deg) < 0.1
+    finally:
+        s.close()
 
 
 # -- the adapter against the embedded simulator ---------------------------------------------------
@@ -219,8 +327,9 @@ def test_ice_patch_switches_the_ground_model_by_lua(standin: BeamngStandin) -> N
             centre_mu.append(float(track.friction_at(np.array([[st.x, st.y]]))[0]))
             car_mu.append(standin.mu)
             labels.append(st.friction.copy())
-        assert standin.lua_log[lua0:] == [friction_lua("ASPHALT", 0.25), friction_lua("ASPHALT", 1.0)]
-        assert sim.lua_sent[-2:] == standin.lua_log[-2:]
+        check = friction_check_lua("ASPHALT")  # each switch is read back from the engine
+        assert standin.lua_log[lua0:] == [friction_lua("ASPHALT", 0.25), check, friction_lua("ASPHALT", 1.0), check]
+        assert sim.lua_sent[-2:] == standin.lua_log[-4::2]
         assert [mu for _, mu in standin.friction_log[log0:]] == pytest.approx([0.25, 1.0])
         # after each period the stand-in's grip is the patch's under the car's centre (it acts in the next period)
         np.testing.assert_allclose(car_mu, centre_mu)
@@ -229,6 +338,30 @@ def test_ice_patch_switches_the_ground_model_by_lua(standin: BeamngStandin) -> N
     finally:
         sim.close()
     assert standin.mu == 1.0
+
+
+def test_an_ice_switch_that_does_not_take_stops_the_run(standin: BeamngStandin, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ground model name the level lacks is BeamNG's Lua error (a rejection); a switch the engine
+    ignored is caught by the read-back. Either way the data would be mislabelled: one line, no retry."""
+    from s3.sim.beamng import BeamngMismatch
+
+    track = circle_track(patches=(FrictionPatch(40.0, 60.0, -6.0, 6.0, 0.25),))
+    x, y, h = (float(v[0]) for v in track.pose_at(np.array([0.0])))
+
+    def drive(params: BeamngParams) -> None:
+        sim = BeamngSim(params)
+        try:
+            sim.reset(track, x, y, h, 10.0)
+            for _ in range(90):
+                sim.step(Control(0.02, 0.2, 0.0))
+        finally:
+            sim.close()
+
+    with pytest.raises(SimulatorRejected, match=r"rejected the reset: BNGError: Lua error: s3: unknown ground model ASPHALT_WET"):
+        drive(BeamngParams(port=standin.port, request_timeout=TIMEOUT, ground_model="ASPHALT_WET"))
+    monkeypatch.setattr(standin.world, "scale_ground_model", lambda gm, scale: standin.world.touched.add(gm))  # the engine ignores it
+    with pytest.raises(BeamngMismatch, match=r"^BeamNG ice: asked ASPHALT friction x0.2500, the engine has x1.0000 static, x1.0000 sliding"):
+        drive(BeamngParams(port=standin.port, request_timeout=TIMEOUT))
 
 
 # -- collect through the factory ------------------------------------------------------------------

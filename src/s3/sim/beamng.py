@@ -19,10 +19,11 @@ periods since the last reset.
 Conventions, BeamNG -> s3 (`s3.sim.base`):
 - World: BeamNG is right-handed, z up, metres; its x/y are used unchanged (minus `origin`), so
   s3's x east / y north are the level's +x/+y.
-- Vehicle frame: BeamNG's vehicle space is +X left, +Y backward, +Z up, forward = -Y (refnode
-  frame, docs.beamng.com "Coordinate systems"). A rotation quaternion (x, y, z, w) therefore
-  faces the car along R(0, -1, 0): s3 yaw psi is the rotation about z by psi + pi/2, and
-  `rot_quat = (0, 0, sin((psi + pi/2)/2), cos((psi + pi/2)/2))`.
+- Vehicle frame: a vehicle faces its local -Y (spawn.lua `localVehForward`). BeamNG's Lua
+  rotates a vector by a quaternion with the inverse of the textbook formula (mathlib.lua), and
+  safe_spawn turns a teleport's rotation by 180 deg about z first (spawn.safeTeleport); the
+  rotation sent for s3 yaw psi is therefore `yaw_to_rot_quat(psi, safe_spawn)` (docs/beamng.md,
+  "Conventions", has the sources and the worked examples). Every reset is read back and checked.
 - State sensor: `dir` (unit forward vector) and `vel` (m/s) are world frame; `pos` is the
   vehicle's reference node. yaw = atan2(dir_y, dir_x); vx, vy = vel projected on the horizontal
   forward and left axes (the same projection the MuJoCo car uses).
@@ -118,12 +119,34 @@ def set_socket_timeout(conn: Any, seconds: float, what: str) -> None:
     raw.settimeout(seconds)
 
 
+# The read-back after each switch (sent with a response): the factors by which the ENGINE's copy of
+# the ground model (be:getGroundModelByID, as core_environment.dumpGroundModels reads it) differs
+# from the values s3 first saw, as "%.6f %.6f" (static, sliding); "unset" or "missing" otherwise.
+FRICTION_CHECK_LUA = (
+    "local n = '{gm}' "
+    "local s = rawget(_G, 's3_mu0') "
+    "local o = s and s[n] "
+    "if not o then return 'unset' end "
+    "for i = 0, be:getGroundModelCount() do "
+    "local g = be:getGroundModelByID(i) "
+    "if g and g.data then g = g.data end "
+    "if g and g.name == n then return string.format('%.6f %.6f', g.staticFrictionCoefficient / o[1], g.slidingFrictionCoefficient / o[2]) end "
+    "end "
+    "return 'missing'"
+)
+FRICTION_CHECK_TOLERANCE = 1e-4
+
 SET_VELOCITY_MAX_PER_S = 30.0  # beamngpy: dt = 1 s suits velocities up to 30 m/s
 
 
 def friction_lua(ground_model: str, scale: float) -> str:
     """The friction chunk for `ground_model` scaled by `scale` (1 restores the original)."""
     return FRICTION_LUA.format(gm=ground_model, scale=f"{scale:.6f}")
+
+
+def friction_check_lua(ground_model: str) -> str:
+    """The read-back chunk for `ground_model` (FRICTION_CHECK_LUA)."""
+    return FRICTION_CHECK_LUA.format(gm=ground_model)
 
 
 def sim_version() -> str:
@@ -134,10 +157,20 @@ def sim_version() -> str:
     return f"beamngpy {str(beamngpy.__version__).strip()} (protocol {Connection.PROTOCOL_VERSION})"
 
 
-def yaw_to_rot_quat(yaw: float) -> tuple[float, float, float, float]:
-    """BeamNG rotation (x, y, z, w) that faces a vehicle (forward = local -Y) along s3 yaw."""
-    half = 0.5 * (yaw + 0.5 * math.pi)
-    return (0.0, 0.0, math.sin(half), math.cos(half))
+def yaw_to_rot_quat(yaw: float, safe_spawn: bool) -> tuple[float, float, float, float]:
+    """The rotation (x, y, z, w) to send with Teleport so that BeamNG's State `dir` is
+    (cos yaw, sin yaw, 0), from BeamNG's Lua (docs/beamng.md, "Conventions"): `quat * vec3` rotates
+    by the inverse of the textbook quaternion (mathlib.lua LuaQuat.__mul), a vehicle faces its
+    local -Y (spawn.lua localVehForward), and techCore's handleTeleport passes the rotation on as
+    sent, except that with safe_spawn spawn.safeTeleport first turns it by quat(0, 0, 1, 0).
+
+    safe_spawn: quatFromDir((cos yaw, sin yaw, 0)) = (0, 0, sin(pi/4 - yaw/2), cos(pi/4 - yaw/2)).
+    without:    that turned back by 180 deg = (0, 0, -sin(pi/4 + yaw/2), cos(pi/4 + yaw/2))."""
+    if safe_spawn:
+        half = 0.25 * math.pi - 0.5 * yaw
+        return (0.0, 0.0, math.sin(half), math.cos(half))
+    half = 0.25 * math.pi + 0.5 * yaw
+    return (0.0, 0.0, -math.sin(half), math.cos(half))
 
 
 def wrap_angle(a: float) -> float:
@@ -227,7 +260,7 @@ class BeamngSim:
         vehicle = Vehicle(p.vehicle_id, model=p.vehicle_model, license="S3", **options)
         vehicle.sensors.attach("electrics", Electrics())
         x0, y0 = track.centerline[0] + self._origin
-        scenario.add_vehicle(vehicle, pos=(float(x0), float(y0), p.origin[2]), rot_quat=yaw_to_rot_quat(float(track.heading[0])))
+        scenario.add_vehicle(vehicle, pos=(float(x0), float(y0), p.origin[2]), rot_quat=yaw_to_rot_quat(float(track.heading[0]), safe_spawn=False))
         set_socket_timeout(bng.connection, p.load_timeout, "the BeamNG.tech connection")
         scenario.make(bng)
         bng.scenario.load(scenario)
@@ -240,7 +273,7 @@ class BeamngSim:
             vehicle.set_shift_mode(p.shift_mode)
         self._vehicle = vehicle
         self._scenario_key = key
-        self._scale = 1.0
+        self._set_friction(1.0, force=True)  # the ground model exists and answers, before any episode
 
     # -- SourceSim -------------------------------------------------------------------------
     def reset(self, track: Track, x: float, y: float, yaw: float, speed: float) -> VehicleState:
@@ -312,8 +345,8 @@ class BeamngSim:
     # -- the self-check ----------------------------------------------------------------------
     def check_reset(self, state: dict[str, Any], x: float, y: float, yaw: float, speed: float, what: str) -> None:
         """Stop (BeamngMismatch, never retried) when BeamNG's State sensor does not show the pose
-        and forward speed a reset asked for, within `check_position_m`, `check_heading_deg`,
-        `check_speed_m_s`; the message names the mismatch and its likely cause (docs/beamng.md)."""
+        and forward speed a reset asked for, within `check_heading_deg`, `check_speed_m_s`,
+        `check_position_m` (checked in that order); the message names the mismatch and its likely cause (docs/beamng.md)."""
         p = self.params
         try:
             pos = np.asarray(state["pos"], dtype=np.float64)[:2] - self._origin
@@ -329,17 +362,17 @@ class BeamngSim:
                 else "heading"
             )
             raise BeamngMismatch(f"BeamNG reset ({what}): asked heading {math.degrees(yaw):.1f} deg, got {math.degrees(got_yaw):.1f} deg: {cause}")
-        off = float(np.hypot(pos[0] - x, pos[1] - y))
-        if off > p.check_position_m:
-            raise BeamngMismatch(
-                f"BeamNG reset ({what}): asked ({x:.2f}, {y:.2f}) m, got ({pos[0]:.2f}, {pos[1]:.2f}) m, {off:.2f} m away "
-                f"(> sim.beamng.check_position_m {p.check_position_m:g}): origin or safe_spawn"
-            )
         forward = math.cos(got_yaw) * vel[0] + math.sin(got_yaw) * vel[1]
         if abs(forward - speed) > p.check_speed_m_s:
             raise BeamngMismatch(
                 f"BeamNG reset ({what}): asked {speed:.2f} m/s forward, got {forward:.2f} m/s "
                 f"(> sim.beamng.check_speed_m_s {p.check_speed_m_s:g}): set_velocity"
+            )
+        off = float(np.hypot(pos[0] - x, pos[1] - y))
+        if off > p.check_position_m:
+            raise BeamngMismatch(
+                f"BeamNG reset ({what}): asked ({x:.2f}, {y:.2f}) m, got ({pos[0]:.2f}, {pos[1]:.2f}) m, {off:.2f} m away "
+                f"(> sim.beamng.check_position_m {p.check_position_m:g}): origin or safe_spawn"
             )
 
     # -- internals -------------------------------------------------------------------------
@@ -355,7 +388,7 @@ class BeamngSim:
     def _teleport(self, x: float, y: float, yaw: float) -> None:
         p = self.params
         pos = (float(x + p.origin[0]), float(y + p.origin[1]), float(p.origin[2]))
-        ok = self._bng.vehicles.teleport(self._vehicle, pos, rot_quat=yaw_to_rot_quat(yaw), reset=True, safe_spawn=p.safe_spawn)
+        ok = self._bng.vehicles.teleport(self._vehicle, pos, rot_quat=yaw_to_rot_quat(yaw, p.safe_spawn), reset=True, safe_spawn=p.safe_spawn)
         if not ok:
             raise SimulatorError(f"BeamNG refused to teleport the vehicle to {pos}")
 
@@ -428,21 +461,43 @@ class BeamngSim:
             return
         self._set_friction(self._mu_centre / self._track.base_mu)
 
-    def _set_friction(self, scale: float) -> None:
-        if self.params.friction_mode != "lua" or abs(scale - self._scale) < 1e-9 or self._bng is None:
+    def _set_friction(self, scale: float, force: bool = False) -> None:
+        """Scale `ground_model` to `scale` x its first-seen friction (GE Lua, with a response, so a
+        Lua error is BeamNG's bngError: SimulatorRejected), then read the engine's copy back.
+        `force`: even when s3 believes it is already at `scale` (a new scenario: check it)."""
+        if self.params.friction_mode != "lua" or (abs(scale - self._scale) < 1e-9 and not force) or self._bng is None:
             return
-        chunk = friction_lua(self.params.ground_model, scale)
-        self._bng.control.queue_lua_command(chunk)
+        gm = self.params.ground_model
+        chunk = friction_lua(gm, scale)
+        self._bng.control.queue_lua_command(chunk, response=True)
         self.lua_sent.append(chunk)
         self._scale = scale
+        got = self._bng.control.queue_lua_command(friction_check_lua(gm), response=True)
+        try:
+            factors = [float(v) for v in str(got).split()]
+        except ValueError:
+            factors = []
+        if len(factors) != 2:
+            raise BeamngMismatch(
+                f"BeamNG ice: the engine has no ground model {gm} ({got!r}): set sim.beamng.ground_model to the one under the road (docs/beamng.md)"
+            )
+        if max(abs(f - scale) for f in factors) > FRICTION_CHECK_TOLERANCE:
+            raise BeamngMismatch(
+                f"BeamNG ice: asked {gm} friction x{scale:.4f}, the engine has x{factors[0]:.4f} static, x{factors[1]:.4f} sliding: "
+                "be:setGroundModel did not take (docs/beamng.md)"
+            )
 
 
 def _classify(what: str, error: Exception) -> SimulatorError:
-    """A beamngpy failure as s3 sees it: an error reply (`bngError`/`bngValueError`, which beamngpy
-    raises as BNGError/BNGValueError) is the simulator saying no and would say no again
-    (SimulatorRejected: never retried); anything else is the connection (SimulatorLost: retried)."""
-    from beamngpy.logging import BNGError, BNGValueError
+    """A beamngpy failure as s3 sees it. An error reply (`bngError` / `bngValueError`, raised by
+    beamngpy as BNGError / BNGValueError) is the simulator saying no, and it would say no again:
+    SimulatorRejected, never retried. A socket failure (refused, reset, closed, timed out: OSError,
+    beamngpy's BNGDisconnectedError) is a lost connection: SimulatorLost, retried. Anything else
+    (a garbled reply, a bug) is a SimulatorError, not retried either."""
+    from beamngpy.logging import BNGDisconnectedError, BNGError, BNGValueError
 
+    if isinstance(error, (OSError, EOFError, BNGDisconnectedError)):
+        return SimulatorLost(f"BeamNG {what} failed: {type(error).__name__}: {error}")
     if isinstance(error, (BNGError, BNGValueError)):
         return SimulatorRejected(f"BeamNG rejected the {what}: {type(error).__name__}: {error}")
-    return SimulatorLost(f"BeamNG {what} failed: {type(error).__name__}: {error}")
+    return SimulatorError(f"BeamNG {what}: unexpected {type(error).__name__}: {error}")

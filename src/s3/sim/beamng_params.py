@@ -61,7 +61,9 @@ class BeamngParams(BaseModel):
         description="lua: scale ground_model's friction by GE Lua while the car's centre is on an ice patch; "
         "level: the level's own materials provide the ice (user-supplied level), nothing is sent",
     )
-    ground_model: str = Field("ASPHALT", pattern=r"^[A-Za-z0-9_]+$", description="ground model under the car that lua mode makes icy")
+    ground_model: str = Field(
+        "ASPHALT", pattern=r"^[A-Z0-9_]{1,31}$", description="ground model under the car that lua mode makes icy (BeamNG's upper-case name)"
+    )
 
     # the vehicle as s3 sees it
     wheelbase: float = Field(2.7, ge=1.5, le=4.5, description="m")

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from s3.sim.beamng import FRICTION_LUA
+from s3.sim.beamng import FRICTION_CHECK_LUA, FRICTION_LUA
 from s3.sim.beamng_standin.wire import ProtocolError
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ def _lua_pattern() -> re.Pattern[str]:
 
 
 FRICTION_RE = _lua_pattern()  # s3's friction Lua chunk, capturing the ground model `gm` and `scale`
+FRICTION_CHECK_RE = re.compile(re.escape(FRICTION_CHECK_LUA.format(gm="@@GM@@")).replace("@@GM@@", r"(?P<gm>[A-Za-z0-9_]+)"))
 
 
 # -- main socket ---------------------------------------------------------------------------------
@@ -123,19 +124,36 @@ def _teleport(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
     pos = msg.get("pos")
     if not (isinstance(pos, (list, tuple)) and len(pos) == 3):
         raise ProtocolError("Teleport: pos must be (x, y, z)")
-    srv.world.teleport(float(pos[0]), float(pos[1]), msg.get("rot"))
+    rot = msg.get("rot")
+    if rot is not None and not (isinstance(rot, (list, tuple)) and len(rot) == 4 and all(isinstance(v, (int, float)) for v in rot)):
+        raise ProtocolError("Teleport: rot must be a quaternion (x, y, z, w)")
+    srv.world.teleport(float(pos[0]), float(pos[1]), rot, bool(msg.get("safe_spawn", False)))
     return {"type": "Teleported", "success": True}
 
 
 def _lua(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
-    chunk = msg.get("chunk")
-    m = FRICTION_RE.fullmatch(chunk) if isinstance(chunk, str) else None
+    """techCore's handleQueueLuaCommandGE: the chunk runs under pcall; with `resp` the reply carries
+    tostring(its first return value) and a Lua error is a bngError, without it the error is only
+    logged and the reply is a bare ACK."""
+    chunk, want = msg.get("chunk"), bool(msg.get("resp", False))
+    if not isinstance(chunk, str):
+        raise ProtocolError("QueueLuaCommandGE: chunk must be a string")
+    if (m := FRICTION_CHECK_RE.fullmatch(chunk)) is not None:
+        srv.lua_log.append(chunk)
+        return {"type": "ExecutedLuaChunkGE", "resp": srv.world.ground_model_factors(m.group("gm"))} if want else {"type": "ExecutedLuaChunkGE"}
+    m = FRICTION_RE.fullmatch(chunk)
     if m is None:
-        raise ProtocolError("QueueLuaCommandGE: the stand-in runs only s3's friction template")
-    srv.world.scale_ground_model(m.group("gm"), float(m.group("scale")))
+        raise ProtocolError("QueueLuaCommandGE: the stand-in runs only s3's friction chunks")
     srv.lua_log.append(chunk)
+    try:
+        srv.world.scale_ground_model(m.group("gm"), float(m.group("scale")))
+    except ProtocolError:
+        if want:
+            raise
+        srv.errors.append(f"Lua error (logged by BeamNG only): unknown ground model {m.group('gm')}")
+        return {"type": "ExecutedLuaChunkGE"}
     srv.world.apply_surface()
-    return {"type": "ExecutedLuaChunkGE"}
+    return {"type": "ExecutedLuaChunkGE", "resp": "nil"} if want else {"type": "ExecutedLuaChunkGE"}
 
 
 def _quit(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,9 @@ one lock, whichever socket they arrive on.
 Fault injection: `drop_after_steps=K` hangs up every open socket, without replying, when the
 K-th `Step` request since start arrives, `drops` times in all (K more `Step`s apart); the
 listening sockets stay open, so a client can reconnect and start over, as with a BeamNG.tech
-that was restarted. `dropped` counts the hang-ups.
+that was restarted. `dropped` counts the hang-ups. `freeze_after_steps=K` stops answering at the
+K-th `Step` (every socket stays open, nothing is ever replied, new connections are accepted and
+ignored), as a frozen BeamNG.tech would, until `thaw()`.
 """
 
 from __future__ import annotations
@@ -65,9 +67,14 @@ class BeamngStandin:
         protocol_version: str = PROTOCOL_VERSION,
         drop_after_steps: int | None = None,
         drops: int = 1,
+        freeze_after_steps: int | None = None,
     ) -> None:
         if drop_after_steps is not None and drop_after_steps < 1:
             raise ValueError(f"drop_after_steps must be >= 1, got {drop_after_steps}")
+        if freeze_after_steps is not None and freeze_after_steps < 1:
+            raise ValueError(f"freeze_after_steps must be >= 1, got {freeze_after_steps}")
+        self._steps_to_freeze = freeze_after_steps
+        self.frozen = threading.Event()
         self.host = host
         self.drop_after_steps = drop_after_steps
         self._drops_left = drops if drop_after_steps is not None else 0
@@ -221,6 +228,12 @@ class BeamngStandin:
             if kind == "Step" and self._drop_due():
                 self._hang_up()
                 return None, True
+            if kind == "Step" and self._steps_to_freeze is not None:
+                self._steps_to_freeze -= 1
+                if self._steps_to_freeze == 0:
+                    self.frozen.set()
+            if self.frozen.is_set():
+                return None, False
         if rid != sess.next_id:
             self.errors.append(f"{kind}: _id {rid}, expected {sess.next_id}")
             return {"_id": rid, "bngError": f"request id {rid} out of sequence (expected {sess.next_id})"}, True
@@ -265,6 +278,11 @@ class BeamngStandin:
         self._steps_to_drop = self.drop_after_steps or 0
         self.dropped += 1
         return True
+
+    def thaw(self) -> None:
+        """End an injected freeze: later requests are answered again (those ignored stay unanswered)."""
+        self.frozen.clear()
+        self._steps_to_freeze = None
 
     def _hang_up(self) -> None:
         """Close every accepted connection (main and vehicle), as a crashed simulator would."""

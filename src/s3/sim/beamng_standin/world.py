@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from s3.sim.base import Control
-from s3.sim.beamng_standin.rotation import bng_orientation, chassis_yaw, yaw_from_matrix, yaw_from_quat
+from s3.sim.beamng_standin.rotation import bng_orientation, chassis_yaw, heading, object_rotation, teleport_rotation, yaw_from_matrix
 from s3.sim.beamng_standin.wire import ProtocolError
 from s3.sim.mujoco_car import MujocoCar
 from s3.sim.params import MujocoCarParams
@@ -82,6 +82,7 @@ class World:
         self.surface = surface
         self.ground_models = {k: list(v) for k, v in GROUND_MODELS.items()}
         self._ground_models0 = {k: tuple(v) for k, v in GROUND_MODELS.items()}
+        self.touched: set[str] = set()  # ground models the friction chunk scaled (its s3_mu0 keys)
         self.scenarios: dict[str, Scenario] = {}
         self.scenario: Scenario | None = None
         self.track: Track | None = None
@@ -190,10 +191,13 @@ class World:
                     self._set_forward_speed(r.target)
                     self._ramp = None
 
-    def teleport(self, x: float, y: float, rot: list[float] | None) -> None:
-        """Reset the car at rest at (x, y) facing beamngpy quaternion `rot` (None: its current yaw)."""
-        yaw = yaw_from_quat(rot) if rot is not None else chassis_yaw(self._car().data.qpos[3:7])
-        self._place(x, y, yaw)
+    def teleport(self, x: float, y: float, rot: list[float] | None, safe_spawn: bool) -> None:
+        """Teleport with reset: the car at rest at (x, y) with the object rotation techCore's
+        handleTeleport gives it (rotation.teleport_rotation; safe_spawn turns it by 180 deg about z),
+        heading where that rotation points its local -Y. The stand-in's ground is flat and empty,
+        so safe_spawn moves nothing else."""
+        current = object_rotation(chassis_yaw(self._car().data.qpos[3:7]))
+        self._place(x, y, heading(teleport_rotation(rot, safe_spawn, current)))
 
     def ramp_speed(self, v: float, dt: float) -> None:
         """SetVelocity: ramp the forward speed linearly from now to v m/s over dt s of stepping
@@ -208,6 +212,15 @@ class World:
             raise ProtocolError(f"Lua error: s3: unknown ground model {gm}")
         s0, k0 = self._ground_models0[gm]
         self.ground_models[gm] = [s0 * scale, k0 * scale]
+        self.touched.add(gm)
+
+    def ground_model_factors(self, gm: str) -> str:
+        """The read-back chunk's answer: "static sliding" factors of ground model `gm` against the
+        values first seen; "unset" before the friction chunk scaled it (or when it does not exist)."""
+        if gm not in self.touched:  # s3_mu0 only holds ground models the friction chunk found
+            return "unset"
+        (s, k), (s0, k0) = self.ground_models[gm], self._ground_models0[gm]
+        return f"{s / s0:.6f} {k / k0:.6f}"
 
     def apply_surface(self) -> None:
         """Give the car the surface's friction (logged in friction_log); no car yet: nothing."""

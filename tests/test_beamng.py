@@ -22,7 +22,6 @@ from s3.config import load_params
 from s3.data.collect import collect
 from s3.data.rollouts import load_rollouts, read_manifest
 from s3.data.schema import COLUMNS
-from s3.sim.aids import DriverAidsParams
 from s3.sim.base import Control, SimulatorError, SimulatorLost, SimulatorRejected, SourceSim
 from s3.sim.beamng import FRICTION_LUA, BeamngSim, friction_check_lua, friction_lua, yaw_to_rot_quat
 from s3.sim.beamng_params import BeamngParams
@@ -386,8 +385,8 @@ def test_collect_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) -> 
                 "sim.beamng.host=127.0.0.1",
                 f"sim.beamng.port={standin.port}",
                 f"sim.beamng.request_timeout={TIMEOUT}",
-                "sim.driver_aids.traction_control=false",  # the raw physics of the two backends compared: the stand-in reports
-                "sim.driver_aids.abs=false",  # one wheel speed, so the slip-based aids act differently on it
+                "sim.driver_aids.traction_control=false",  # the raw physics of the two backends compared (s3's aids wrap only
+                "sim.driver_aids.abs=false",  # the embedded car; a BeamNG vehicle brings its own)
                 f"collect.out_dir={out}/rollouts",
                 f"collect.plot_dir={out}/plots",
             ],
@@ -416,7 +415,8 @@ def test_collect_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) -> 
 
 def test_factory_makes_the_beamng_backend(standin: BeamngStandin) -> None:
     params = load_params(None, ["sim.backend=beamng", f"sim.beamng.port={standin.port}", "sim.beamng.request_timeout=5"])
-    sim = make_sim(params.sim, DriverAidsParams())  # the bare BeamNG backend (with sim.driver_aids it is wrapped like any sim)
+    assert params.sim.driver_aids.enabled and params.sim.aids() is None  # a BeamNG vehicle brings its own ESC / ABS
+    sim = make_sim(params.sim)
     try:
         assert isinstance(sim, BeamngSim) and isinstance(sim, SourceSim)
         assert (sim.wheelbase, sim.max_steer, sim.control_dt, sim.steps) == (2.7, 0.55, 0.1, 10)

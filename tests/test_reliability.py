@@ -130,6 +130,41 @@ def test_beamng_drop_that_persists_loses_the_episode_and_collection_goes_on(beam
     pd.testing.assert_frame_equal(df, beamng_ref)
 
 
+def _four(out: Path, *instances: int) -> Params:
+    return _tiny(out, "collect.episodes=4", "sim.backend=beamng", f"sim.beamng.request_timeout={SOCKET_TIMEOUT}",
+                 f"sim.beamng.instances=[{', '.join(f'127.0.0.1:{p}' for p in instances)}]")  # fmt: skip
+
+
+def test_two_instances_serve_one_collection_and_survive_losing_one(tmp_path: Path) -> None:
+    """Two stand-ins, one worker each: the data equals one instance's. One is killed mid-collection
+    (its listening socket closed, as a crashed BeamNG.tech): only its shard is re-run, on the other."""
+    import threading
+
+    with BeamngStandin() as one:
+        ref, m = _collect(_four(tmp_path / "one", one.port))
+    assert m["episodes"] == 4 and m["run"]["workers"] == 1
+    with BeamngStandin() as a, BeamngStandin() as b:
+        both, m = _collect(_four(tmp_path / "both", a.port, b.port))
+        assert a.received.count("Step") > 0 and b.received.count("Step") > 0  # both served
+    assert m["run"]["workers"] == 2 and m["lost"] == []
+    pd.testing.assert_frame_equal(both, ref)
+
+    with BeamngStandin() as a, BeamngStandin() as b:
+
+        def kill_b() -> None:
+            while b.received.count("Step") < 40:
+                time.sleep(0.005)
+            b.stop()
+
+        killer = threading.Thread(target=kill_b, daemon=True)
+        killer.start()
+        survived, m = _collect(_four(tmp_path / "kill", a.port, b.port))
+        killer.join(timeout=5)
+    assert not killer.is_alive() and b.received.count("Step") >= 40  # b died mid-collection
+    assert m["lost"] == [] and [r["causes"] for r in m["run"]["retried_this_run"]] == [["simulator lost"]]
+    pd.testing.assert_frame_equal(survived, ref)
+
+
 def test_collect_fails_when_the_lost_share_reaches_its_threshold(tmp_path: Path) -> None:
     """Any loss is reported; all lost is an error (exit 2 from the CLI), and so is a share at or above
     `compute.fail_at_lost_share`. The manifest still says what was lost."""

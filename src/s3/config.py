@@ -40,8 +40,14 @@ class SimParams(BaseModel):
     driver_aids: DriverAidsParams = Field(
         default_factory=lambda: DriverAidsParams(traction_control=True, abs=True),
         description="traction control / ABS of the one car everything drives: collection, probes, direct, evaluation (s3.sim.aids); "
-        "both off = the bare car (an ablation)",
+        "both off = the bare car (an ablation). The embedded car only: a BeamNG vehicle brings its own ESC / ABS (its part config)",
     )
+
+    def aids(self) -> DriverAidsParams | None:
+        """s3's driver aids on this backend's car, or None: off, or BeamNG, whose vehicles carry their
+        own (jbeam ESC / ABS; s3's slip-based aids would need the per-wheel speeds BeamNG's
+        electrics do not report)."""
+        return self.driver_aids if self.backend == "mujoco" and self.driver_aids.enabled else None
 
     @model_validator(mode="after")
     def _whole_physics_steps(self) -> SimParams:

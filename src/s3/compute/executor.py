@@ -22,7 +22,9 @@ Contract (any backend: this local pool, later Ray):
   up while there are any, and a retried job to another instance than the one it failed on; an
   instance is up again once a job succeeds on it. So an instance that dies costs only the jobs it
   was running, which are re-run on the others; only when every instance is down does an
-  unreachable simulator stop the stage.
+  unreachable simulator stop the stage. Pool workers are not tied to instances: LEASE_ENV counts
+  the jobs each instance was handed, so that a worker can tell whether another worker drove its
+  instance since its own last job (its connection is then stale: BeamNG serves one client).
 
 Local backend. `workers == 1` runs the jobs in this process, one after another (no process
 start-up; a job that kills its process kills the stage). Otherwise they run in a process pool
@@ -49,6 +51,7 @@ from s3.compute.retry import RetryPolicy, WorkerDied, describe
 from s3.workers import exit_with_parent, forkserver_context, prestart
 
 INSTANCE_ENV = "S3_SIM_INSTANCE"  # a job's simulator instance (`instances`), read by s3.sim.factory
+LEASE_ENV = "S3_SIM_LEASE"  # how many jobs that instance was handed before this one (see s3.sim.factory.worker_sim)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class LocalExecutor:
         self.workers = len(self.instances) if self.instances else max(1, int(workers) or (os.cpu_count() or 1))
         self.preload, self.policy, self.label = tuple(preload), policy or RetryPolicy(), label
         self.down: set[str] = set()  # instances whose last job lost its simulator
+        self.leases = dict.fromkeys(self.instances, 0)  # jobs handed to each instance so far
 
     def say(self, msg: str) -> None:
         print(f"{self.label}: {msg}", file=sys.stderr, flush=True)
@@ -169,7 +173,8 @@ class LocalExecutor:
                             instance = self._instance_for(set(held.values()), failed_on.get(i))
                             if instance is None:  # the instances that are up are all busy
                                 break
-                            env[INSTANCE_ENV] = instance
+                            env[INSTANCE_ENV], env[LEASE_ENV] = instance, str(self.leases[instance])
+                            self.leases[instance] += 1
                         queue.remove(i)
                         attempts[i] += 1
                         fut = pool.submit(_in_worker, env, jobs[i].fn, jobs[i].args)

@@ -83,8 +83,8 @@ def evaluation_run(sim_json: str, ep_json: str, factory: DriverFactory, spec: st
            "steps": r.steps, "error": r.error, "wall_s": round(time.perf_counter() - t0, 3), **m,
            "patches_attempted": len(attempted), "patches_crossed": sum(bool(p["crossed_on_track"]) for p in attempted),
            "patch_crossing_rate": sum(bool(p["crossed_on_track"]) for p in attempted) / len(attempted) if attempted else None}  # fmt: skip
-    aids = sim_params.driver_aids.model_dump() if sim_params.driver_aids.enabled else None
-    return row, r, {"name": sim.name, "version": sim.version, "control_dt": sim.control_dt, "driver_aids": aids}
+    aids = sim_params.aids()
+    return row, r, {"name": sim.name, "version": sim.version, "control_dt": sim.control_dt, "driver_aids": aids.model_dump() if aids is not None else None}
 
 
 def _seeded(drivers: Drivers) -> list[tuple[int, DriverFactory]]:

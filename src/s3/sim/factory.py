@@ -15,9 +15,10 @@ if TYPE_CHECKING:
 
 def make_sim(params: SimParams, aids: DriverAidsParams | None = None) -> SourceSim:
     """A fresh simulator for `params.backend`, behind traction control / ABS where `aids` asks
-    (default: `params.driver_aids`, the one car every stage drives; `DriverAidsParams()` = bare)."""
+    (default: `params.aids()`, the one car every stage drives: `sim.driver_aids` on the embedded
+    car, none on BeamNG, whose vehicles bring their own; `DriverAidsParams()` = bare)."""
     sim = _bare_sim(params)
-    aids = params.driver_aids if aids is None else aids
+    aids = params.aids() if aids is None else aids
     if aids is not None and aids.enabled:
         from s3.sim.aids import WithDriverAids
 
@@ -53,24 +54,29 @@ def instances(params: SimParams) -> tuple[str, ...]:
 
 
 _CACHED: tuple[str, SourceSim] | None = None
+_LEASE: int | None = None  # the lease of this process's last job on its cached simulator's instance
 
 
 def worker_sim(params: SimParams, aids: DriverAidsParams | None = None) -> SourceSim:
     """This process's simulator for jobs (collection shards, evaluation runs): made once and
-    reused, remade when the params change or after `drop_worker_sim`. A simulator that cannot be
-    made (nobody listening) is `SimulatorUnreachable`."""
+    reused, remade when the params or the job's instance change, after `drop_worker_sim`, and when
+    another worker drove the instance since this process's last job (the executor's lease count
+    skipped one: that worker's scenario replaced ours). A simulator that cannot be made (nobody
+    listening) is `SimulatorUnreachable`."""
+    from s3.compute.executor import INSTANCE_ENV, LEASE_ENV
     from s3.sim.base import SimulatorLost, SimulatorUnreachable
 
-    global _CACHED
-    from s3.compute.executor import INSTANCE_ENV
-
+    global _CACHED, _LEASE
     key = params.model_dump_json() + (aids.model_dump_json() if aids is not None else "") + os.environ.get(INSTANCE_ENV, "")
-    if _CACHED is None or _CACHED[0] != key:
+    lease = int(os.environ[LEASE_ENV]) if LEASE_ENV in os.environ else None
+    stale = lease is not None and (_LEASE is None or lease != _LEASE + 1)
+    if _CACHED is None or _CACHED[0] != key or stale:
         drop_worker_sim()
         try:
             _CACHED = (key, make_sim(params, aids))
         except SimulatorLost as e:
             raise SimulatorUnreachable(str(e)) from None
+    _LEASE = lease
     return _CACHED[1]
 
 

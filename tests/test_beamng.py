@@ -426,6 +426,26 @@ def test_factory_makes_the_beamng_backend(standin: BeamngStandin) -> None:
         load_params(None, ["sim.backend=beamng", "sim.beamng.steps_per_second=75"])
 
 
+def test_first_contact_check_passes_on_beamng_conventions_and_names_a_flipped_one(standin: BeamngStandin, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`s3 beamng check`: every check passes against the stand-in (whose conventions come from
+    BeamNG's Lua); with the rotation flipped the resets fail, say why, and the command exits 1."""
+    from typer.testing import CliRunner
+
+    import s3.sim.beamng as adapter
+    from s3.cli import app
+
+    ok = CliRunner().invoke(app, ["beamng", "check", "--set", f"sim.beamng.port={standin.port}", "--set", f"sim.beamng.request_timeout={TIMEOUT}"])
+    assert ok.exit_code == 0, ok.output
+    assert ok.output.count("ok ") == 7 and "verdict: ready for s3" in ok.output
+    right = adapter.yaw_to_rot_quat
+    monkeypatch.setattr(adapter, "yaw_to_rot_quat", lambda yaw, safe_spawn: right(-yaw, safe_spawn))
+    bad = CliRunner().invoke(app, ["beamng", "check", "--set", f"sim.beamng.port={standin.port}", "--set", f"sim.beamng.request_timeout={TIMEOUT}"])
+    assert bad.exit_code == 1
+    assert "FAIL reset heading 30 deg: BeamNG reset (teleport): asked heading 30.0 deg, got -30.0 deg: rotation convention" in bad.output
+    assert "ok   reset heading 0 deg" in bad.output  # a sign flip is invisible at 0 (and 180) deg
+    assert "verdict: NOT ready" in bad.output and "ok   ice switch" in bad.output
+
+
 def test_standin_command_line() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "s3.sim.beamng_standin", "--port", "0"], stdout=subprocess.PIPE, text=True)
     try:

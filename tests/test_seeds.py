@@ -170,11 +170,17 @@ def test_source_selection_decides_and_reuses_the_trained_candidates(two_seeds) -
     assert (out / NAME / WEIGHTS).read_bytes() == (root / "policies" / NAME / "seeds" / f"seed{loser}" / WEIGHTS).read_bytes()
 
 
-def test_source_selection_needs_the_embedded_simulator(root) -> None:
+def test_source_selection_falls_back_to_the_model_with_beamng(two_seeds, capsys: pytest.CaptureFixture[str]) -> None:
+    """The source choice drives the seeds side by side in the embedded simulator: with BeamNG the
+    stage does not refuse; it chooses in the model and says so (printed and in the metrics)."""
     from s3.config import Params
     from s3.rl.stage import train_one
-    from s3.rl.train import TrainError
 
-    params = Params.model_validate({"sim": {"backend": "beamng"}, "train": {**TINY, "seeds": 2, "seed_selection": "source"}})
-    with pytest.raises(TrainError, match="sim.backend 'mujoco'"):
-        train_one("bicycle", params, root / "models", root / "policies_beamng", root / "plots", root / "metrics")
+    root = two_seeds["root"]  # its models/bicycle
+    train = {**TINY, "max_env_steps": 128 * 16 * 16, "seeds": 2, "seed_workers": 2, "torch_threads": 1, "seed_selection": "source"}
+    params = Params.model_validate({"sim": {"backend": "beamng"}, "train": train})
+    summary = train_one("bicycle", params, root / "models", root / "policies_beamng", root / "plots", root / "metrics_beamng")
+    sel = summary["seed_selection"]
+    assert sel["in"] == "model" and "with 'beamng' the seed is chosen by in-model validation" in sel["source_choice_not_run"]
+    assert "chosen by in-model validation" in capsys.readouterr().err
+    assert json.loads((root / "metrics_beamng" / "bicycle.json").read_text())["seed_selection"]["source_choice_not_run"]

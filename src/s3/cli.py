@@ -27,6 +27,8 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(track_app, name="track")
 study_app = typer.Typer(no_args_is_help=True, help="Experiment sets beside the default run: studies/<set>.yaml (docs/study.md).")
 app.add_typer(study_app, name="study")
+beamng_app = typer.Typer(no_args_is_help=True, help="BeamNG.tech as the source simulator (docs/beamng.md).")
+app.add_typer(beamng_app, name="beamng")
 
 console = Console(stderr=True)
 
@@ -222,6 +224,14 @@ def evaluate(
                     log_evaluate(p, name, results[name])
                 continue
             folder = POLICIES_DIR / name
+            skipped = folder / "skipped.json"
+            if not (folder / "policy.json").exists() and skipped.exists():  # direct with a BeamNG source (s3.rl.direct.skip_reason)
+                results[name] = {"driver": name, "skipped": json.loads(skipped.read_text())["skipped"]}
+                from s3.io import write_json_atomic
+
+                write_json_atomic(out, results[name])
+                console.print(f"evaluate: {name} not evaluated: {results[name]['skipped']}")
+                continue
             if not (folder / "policy.json").exists():
                 if family == "all" and name not in p.families:
                     console.print(f"evaluate: skipping {name} ({folder} has no policy)")
@@ -383,7 +393,7 @@ def _evaluation_table(results: dict[str, dict]) -> object:
     for col in ("driver", "circuit", "condition", "seeds", "laps", "completion", "lap share", "lap time (s)"):
         table.add_column(col, justify="left" if col in ("driver", "circuit", "condition") else "right")
     for name, res in results.items():
-        for circuit, conds in res["summary"].items():
+        for circuit, conds in res.get("summary", {}).items():
             for cond, b in conds.items():
                 table.add_row(name, circuit, cond, str(b["seeds"]), f"{b['completed']}/{b['runs']}", ci(b["completion_rate"]), ci(b["lap_share"]),
                               ci(b["lap_time_s"], 1))  # fmt: skip
@@ -465,6 +475,22 @@ def track_show(
         save_figure(ax.figure, out)
         plt.close(ax.figure)
         console.print(f"plot -> {out}")
+
+
+@beamng_app.command("check")
+def beamng_check(params: ParamsPath = Path("params.yaml"), set_: Overrides = None) -> None:
+    """First contact with a BeamNG.tech (sim.beamng.host / port): reset at four headings, a run-up,
+    throttle and the steering sign, the ice switch; one line each and a verdict (exit 1 if not ready)."""
+    from s3.sim.beamng_check import first_contact, verdict
+
+    p = _params(params, ["sim.backend=beamng", *(set_ or [])])
+    with _one_line_errors():
+        checks = first_contact(p.sim)
+    for c in checks:
+        console.print(f"{'[green]ok[/green]  ' if c.ok else '[red]FAIL[/red]'} {c.name}: {c.detail}", markup=True, highlight=False, soft_wrap=True)
+    console.print(verdict(checks), highlight=False)
+    if not all(c.ok for c in checks):
+        raise typer.Exit(1)
 
 
 @study_app.command("run")

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -130,6 +131,32 @@ class ValidateInSource:
         return self.best
 
 
+SKIPPED = "skipped.json"  # policies/direct/skipped.json: why direct was not trained (no policy.json then)
+
+
+def skip_reason(params: Params) -> str | None:
+    """Why `direct` is not trained with this source simulator, or None: it steps many cars of the
+    embedded simulator side by side; one BeamNG.tech instance steps one car at about real time,
+    so a PPO budget of minutes would train nothing (and days would be needed)."""
+    if params.sim.backend == "mujoco":
+        return None
+    return (
+        f"direct (PPO inside the source simulator) needs many cars stepped side by side, i.e. sim.backend 'mujoco'; "
+        f"one {params.sim.backend} instance steps one car at about real time, so it is not run"
+    )
+
+
+def write_skipped(params: Params, out_dir: str | Path, metrics_dir: str | Path | None, reason: str) -> dict[str, Any]:
+    """The record of a skipped `direct`: <out_dir>/direct/skipped.json and <metrics_dir>/direct.json."""
+    summary = {"policy": NAME, "skipped": reason, "source_simulator": {"backend": params.sim.backend}}
+    folder = Path(out_dir) / NAME
+    shutil.rmtree(folder, ignore_errors=True)  # no policy of an earlier run stands in for this one
+    write_json_atomic(folder / SKIPPED, summary)
+    if metrics_dir is not None:
+        write_json_atomic(Path(metrics_dir) / f"{NAME}.json", summary)
+    return summary
+
+
 def train_direct(
     params: Params,
     out_dir: str | Path,
@@ -139,6 +166,10 @@ def train_direct(
     run: Run | None = None,
 ) -> dict[str, Any]:
     """PPO in the source simulator for `budget_s` (default train.direct.budget_s), logging into `run`; see the module docstring."""
+    reason = skip_reason(params)
+    if reason is not None:
+        print(f"train direct: skipped: {reason}", file=sys.stderr, flush=True)
+        return write_skipped(params, out_dir, metrics_dir, reason)
     budget = float(budget_s if budget_s is not None else params.train.direct.budget_s)
     if not budget > 0:
         raise ValueError(f"train_direct: budget_s must be positive, got {budget_s}")

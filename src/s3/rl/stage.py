@@ -22,6 +22,7 @@ A training that raises ends that run FAILED.
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -57,23 +58,27 @@ def _train(name: str, root: Any, models_dir: str | Path, out_dir: str | Path, pl
         return train_direct(root.model_copy(update={"train": tp}), out_dir, plots_dir, metrics_dir, run=run)
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.env import resolve_device
-    from s3.rl.train import TrainError, train_policy
+    from s3.rl.train import train_policy
 
     family = root.model_of(name)
     model_folder = Path(models_dir) / family
     if tp.seeds > 1:
         from s3.rl.seeds import train_seeds
 
-        scorer = None
-        if tp.seed_selection == "source":
+        scorer, not_in_source = None, None
+        if tp.seed_selection == "source" and root.sim.backend != "mujoco":
+            not_in_source = (
+                f"train.seed_selection 'source' drives the seeds side by side in the embedded simulator (sim.backend 'mujoco'); "
+                f"with {root.sim.backend!r} the seed is chosen by in-model validation"
+            )
+            print(f"train {name}: {not_in_source}", file=sys.stderr, flush=True)
+        elif tp.seed_selection == "source":
             from s3.rl.source_selection import source_scores
 
-            if root.sim.backend != "mujoco":
-                raise TrainError(
-                    f"train.seed_selection 'source' drives the seeds side by side in the embedded simulator: it needs sim.backend 'mujoco', not {root.sim.backend!r}"
-                )
             scorer = functools.partial(source_scores, root=root, tp=tp)
         summary = train_seeds(name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp, scorer, run, root.compute.retry)
+        if not_in_source is not None:
+            summary["seed_selection"] = {**summary["seed_selection"], "source_choice_not_run": not_in_source}
     else:
         model = load_checkpoint(model_folder, family, resolve_device(tp.device))
         summary = train_policy(model, Path(out_dir) / name, Path(plots_dir) / f"{name}.png", tp, family, run, model_folder)

@@ -327,6 +327,15 @@ class BeamngSim:
             self._drop()
             raise _classify("step", e) from None
 
+    def switch_friction(self, scale: float) -> None:
+        """Scale `ground_model` to `scale` now and read it back (lua mode; `s3 beamng check`)."""
+        try:
+            self._set_friction(scale)
+        except SimulatorError:
+            raise
+        except Exception as e:
+            raise _classify("ice switch", e) from None
+
     def close(self) -> None:
         """Restore the ground model, disconnect; BeamNG.tech keeps running (quit_on_close=False)."""
         if self._bng is None:

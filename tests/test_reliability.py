@@ -165,6 +165,31 @@ def test_two_instances_serve_one_collection_and_survive_losing_one(tmp_path: Pat
     pd.testing.assert_frame_equal(survived, ref)
 
 
+def test_evaluation_over_two_instances_scores_like_one(tmp_path: Path) -> None:
+    from s3.evaluate.evaluate import evaluate_baseline
+
+    def run(name: str, *ports: int) -> dict:
+        params = _bng(tmp_path, ports[0], "evaluate.tracks=[short]", "evaluate.conditions=[nominal, ice]", "evaluate.gif=false",
+                      "evaluate.start_fractions=[0.0, 0.5]", "evaluate.max_lap_seconds=5",
+                      f"sim.beamng.instances=[{', '.join(f'127.0.0.1:{p}' for p in ports)}]")  # fmt: skip
+        try:
+            return evaluate_baseline("pid", params, tmp_path / f"{name}.json", None)
+        finally:
+            drop_worker_sim()
+
+    with BeamngStandin() as one:
+        ref = run("one", one.port)
+    with BeamngStandin() as a, BeamngStandin() as b:
+        both = run("both", a.port, b.port)
+        assert a.received.count("Step") > 0 and b.received.count("Step") > 0
+
+    def scored(out: dict) -> list[dict]:
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in out["runs"]]
+
+    assert scored(both) == scored(ref)
+    assert len(ref["runs"]) == 2 * 2 and ref["lost"] == both["lost"] == []
+
+
 def test_collect_fails_when_the_lost_share_reaches_its_threshold(tmp_path: Path) -> None:
     """Any loss is reported; all lost is an error (exit 2 from the CLI), and so is a share at or above
     `compute.fail_at_lost_share`. The manifest still says what was lost."""

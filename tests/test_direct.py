@@ -166,3 +166,25 @@ def test_source_validation_scores_deterministic_episodes(tracks) -> None:
         again = validate_source(actor, e, tracks, params)
     assert out["episodes"] == 2 and sum(out["reasons"].values()) == 2 and 0.0 <= out["score"] <= 1.0
     assert out["score"] == pytest.approx(again["score"], abs=1e-6)  # deterministic policy, deterministic sim
+
+
+def test_direct_keeps_its_checkpoint_by_the_distilled_rule() -> None:
+    """The latest validated checkpoint within train.validation_tolerance of the best (kept_index),
+    as for the distilled policies; not simply the best."""
+    from s3.rl.direct import ValidateInSource
+
+    class Trainer:
+        loaded: dict | None = None
+
+        def load(self, snap: dict) -> None:
+            self.loaded = snap
+
+    choice = ValidateInSource.__new__(ValidateInSource)
+    choice.params = Params.model_validate({"train": {**TINY, "validation_tolerance": 0.1}})
+    choice.last = {"iteration": 7, "env_steps": 256}
+    choice.validated = [{"score": s, "iteration": i, "env_steps": 32 * i, "summary": {}, "actor": i} for i, s in enumerate([0.5, 0.9, 0.85, 0.2])]
+    trainer = Trainer()
+    kept = choice.choose(trainer)
+    assert kept["iteration"] == 2 and trainer.loaded["actor"] == 2  # 0.85 >= 0.9 - 0.1, and later than the best
+    choice.validated = []
+    assert choice.choose(Trainer())["iteration"] == 7  # no validation: the last checkpoint

@@ -36,7 +36,7 @@ from s3.evaluate.params import EvaluateParams
 from s3.evaluate.plots import lap_gif, traces_figure, track_figure
 from s3.evaluate.run import RunResult, run_lap
 from s3.evaluate.suite import by_seed, summarise
-from s3.io import write_json_atomic
+from s3.io import json_safe, write_json_atomic
 from s3.sim.base import SimulatorLost
 from s3.sim.factory import drop_worker_sim, instances, worker_sim
 from s3.tracks.evaluation_circuits import circuit_stats, evaluation_track, ice_patches
@@ -153,6 +153,7 @@ def evaluate_driver(
         "retried": retried,
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
+    out = json_safe(out)  # an undefined metric (NaN) is null, not a crash after the runs
     write_json_atomic(out_json, out)
     return out
 

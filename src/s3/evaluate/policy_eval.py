@@ -23,7 +23,7 @@ import numpy as np
 from s3.evaluate.evaluate import eval_params_of, evaluate_driver, track_name, transfer_gap
 from s3.evaluate.policy_driver import PolicyFactory
 from s3.evaluate.suite import QUALITY, SUITE, block, policy_seeds
-from s3.io import write_json_atomic
+from s3.io import json_safe, write_json_atomic
 from s3.tracks.evaluation_circuits import evaluation_track
 
 
@@ -91,5 +91,6 @@ def evaluate_policy(name: str, folder: str | Path, params: Any, out_json: str | 
     result["distilled"] = inside["summary"]
     result["probes"] = model_probes(folder, params, models_dir)
     result["transfer_gap"] = {c: transfer_gap(result["summary"][SUITE][c], inside["summary"][SUITE][c]) for c in inside["summary"][SUITE]}
+    result = json_safe(result)  # an undefined metric (NaN) is null, not a crash after the runs
     write_json_atomic(out_json, result)
     return result

@@ -62,6 +62,7 @@ from s3.rl.ppo import Curve
 from s3.rl.rollout import EpisodeBatch, lap_loop
 from s3.rl.source_env import SourceVecEnv, prestart, resolve_workers
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid
+from s3.rl.validation import kept_index
 from s3.tracks.track import Track
 
 if TYPE_CHECKING:
@@ -100,13 +101,14 @@ def source_episodes(env: SourceVecEnv, policy: Callable[[torch.Tensor], torch.Te
 
 class ValidateInSource:
     """The checkpoint choice of `direct` (s3.rl.loop.CheckpointChoice): after each chunk, when the
-    budget still holds a validation, validate in the source simulator and keep the best (ties: the
-    later); with no validation, the last checkpoint."""
+    budget still holds a validation, validate in the source simulator; at the end keep the latest
+    checkpoint within `train.validation_tolerance` of the best (s3.rl.validation.kept_index, the
+    distilled policies' rule); with no validation, the last checkpoint."""
 
     def __init__(self, val: tuple[SourceVecEnv, list[Track]] | None, params: Params, budget: WallClockBudget, steps_per_it: int, dt: float) -> None:
         self.val, self.params, self.budget, self.steps_per_it = val, params, budget, steps_per_it
         self.car_steps = _validation_car_steps(val[1], params, dt) if val is not None else 0.0
-        self.best: dict[str, Any] = {"score": -math.inf, "iteration": None, "env_steps": None, "summary": {}}
+        self.validated: list[dict[str, Any]] = []  # score, iteration, env_steps, summary, actor, critic
         self.last: dict[str, Any] = {}
 
     def after_chunk(self, trainer: PPOTrainer, done: int) -> dict[str, Any]:
@@ -120,15 +122,15 @@ class ValidateInSource:
             res = validate_source(trainer.actor, self.val[0], self.val[1], self.params.train)
             self.budget.validated(time.perf_counter() - t0)
             point = {"val_score": res["score"], "val_completion_rate": res["completion_rate"]}
-            if res["score"] >= self.best["score"]:
-                self.best = {"score": res["score"], **self.last, "summary": res, **trainer.snapshot()}
+            self.validated.append({"score": res["score"], **self.last, "summary": res, **trainer.snapshot()})
         return point
 
     def choose(self, trainer: PPOTrainer) -> dict[str, Any]:
-        if self.best["iteration"] is None:  # no validation: the last checkpoint
+        if not self.validated:  # no validation: the last checkpoint
             return {"score": None, **self.last, "summary": {}}
-        trainer.load(self.best)
-        return self.best
+        kept = self.validated[kept_index([v["score"] for v in self.validated], self.params.train.validation_tolerance)]
+        trainer.load(kept)
+        return kept
 
 
 SKIPPED = "skipped.json"  # policies/direct/skipped.json: why direct was not trained (no policy.json then)
@@ -307,6 +309,7 @@ def _finish(
         "iteration": best["iteration"],
         "env_steps": best["env_steps"],
         "in": "source simulator" if d.validation else "none (last checkpoint kept)",
+        "selection": f"the latest validated checkpoint scoring within {tp.validation_tolerance} of the best" if d.validation else "the last",
         "track_seeds": [VALIDATION_SEED_BASE + tp.seed * 1000 + i for i in range(tp.tracks.validation_tracks)] if d.validation else [],
         "starts_per_track": tp.tracks.validation_starts,
         "min_speed_m_s": tp.validation_min_speed,

@@ -230,6 +230,8 @@ def evaluate(
                 from s3.io import write_json_atomic
 
                 write_json_atomic(out, results[name])
+                plots.mkdir(parents=True, exist_ok=True)  # the stage's plots folder: only the reason in it
+                (plots / "skipped.txt").write_text(results[name]["skipped"] + "\n")
                 console.print(f"evaluate: {name} not evaluated: {results[name]['skipped']}")
                 continue
             if not (folder / "policy.json").exists():

@@ -95,7 +95,16 @@ def _direct_value(direct: Mapping[str, Any] | None, key: str) -> float | None:
 
 
 def direct_cost(direct: Mapping[str, Any] | None, ev: Mapping[str, Any] | None, dt: float | None) -> dict[str, Any]:
-    """Direct PPO in the source simulator: time to the lap (or its budget) and real-time equivalent."""
+    """Direct PPO in the source simulator: time to the lap (or its budget) and real-time equivalent;
+    with a source that cannot run it (BeamNG: s3.rl.direct.skip_reason), "not run" and why."""
+    if get(direct, "skipped") is not None:
+        return {
+            "skipped": get(direct, "skipped"),
+            "reached": None,
+            "t_to_policy_s": None,
+            "real_time_wall_s": None,
+            "text": f"not run ({get(direct, 'source_simulator', 'backend')} source)",
+        }
     wall, budget = _direct_value(direct, "wall_s"), _direct_value(direct, "budget_s")
     steps, workers = _direct_value(direct, "env_steps"), _direct_value(direct, "workers")
     rate = num(get(ev, "summary", "suite", "nominal", "completion_rate", "estimate"))

@@ -136,15 +136,20 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
     eff = report["efficiency"]
     c, d = eff["collect"], eff["direct"]
     rows = DASH if c["rows"] is None else f"{c['rows']:,.0f}"
-    steps = DASH if d["env_steps"] is None else f"{d['env_steps']:,.0f}"
+    steps = DASH if d.get("env_steps") is None else f"{d['env_steps']:,.0f}"
+    direct = (
+        f"direct PPO in the source simulator: not run: {d['skipped']}"
+        if d.get("skipped")
+        else f"direct PPO in the source simulator: {d['text']}, {steps} env steps with {_f(d['workers'], 0)} workers "
+        f"({_f(d['real_time_factor_per_worker'], 1)}x real time per worker); at real time: {duration(d['real_time_wall_s'])}; one seed (its budget is the machine's wall clock)"
+    )
     return [
         f"control period: {_f(eff['control_dt'], 3)} s",
         f"collection: {duration(c['wall_s'])} for {rows} control steps with {_f(c['workers'], 0)} workers "
         f"({_f(c['real_time_factor_per_worker'], 1)}x real time per worker); at real time: {duration(c['real_time_car_s'])} "
         f"of one car, {duration(c['real_time_wall_s'])} with the same workers",
         *[f"distill {n}: {duration(m['distill_wall_s'])}" for n, m in eff["families"].items()],
-        f"direct PPO in the source simulator: {d['text']}, {steps} env steps with {_f(d['workers'], 0)} workers "
-        f"({_f(d['real_time_factor_per_worker'], 1)}x real time per worker); at real time: {duration(d['real_time_wall_s'])}; one seed (its budget is the machine's wall clock)",
+        direct,
         _budget_line(eff.get("direct_budget_rule") or {}),
         *[
             f"{name}: the seed chosen in the source simulator ({r['selection']['rule']}); the choice drove "

@@ -170,17 +170,28 @@ def test_source_selection_decides_and_reuses_the_trained_candidates(two_seeds) -
     assert (out / NAME / WEIGHTS).read_bytes() == (root / "policies" / NAME / "seeds" / f"seed{loser}" / WEIGHTS).read_bytes()
 
 
-def test_source_selection_falls_back_to_the_model_with_beamng(two_seeds, capsys: pytest.CaptureFixture[str]) -> None:
+def test_source_selection_falls_back_to_the_model_with_beamng(root, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """The source choice drives the seeds side by side in the embedded simulator: with BeamNG the
-    stage does not refuse; it chooses in the model and says so (printed and in the metrics)."""
+    stage does not refuse; it chooses in the model (no source scorer) and says so (printed and in the metrics)."""
+    import s3.rl.seeds
     from s3.config import Params
     from s3.rl.stage import train_one
 
-    root = two_seeds["root"]  # its models/bicycle
-    train = {**TINY, "max_env_steps": 128 * 16 * 16, "seeds": 2, "seed_workers": 2, "torch_threads": 1, "seed_selection": "source"}
-    params = Params.model_validate({"sim": {"backend": "beamng"}, "train": train})
-    summary = train_one("bicycle", params, root / "models", root / "policies_beamng", root / "plots", root / "metrics_beamng")
+    seen = {}
+
+    def train_seeds(name, family, folder, out_dir, plot, tp, scorer, run, retry) -> dict:
+        seen["scorer"] = scorer
+        return {"seed_selection": {"selected_seed": 1, "in": "source" if scorer is not None else "model"}}
+
+    monkeypatch.setattr(s3.rl.seeds, "train_seeds", train_seeds)
+    train = {**TINY, "seeds": 2, "seed_selection": "source"}
+    summary = train_one(
+        "bicycle", Params.model_validate({"sim": {"backend": "beamng"}, "train": train}), root / "models", root / "p", root / "plots", root / "m"
+    )
     sel = summary["seed_selection"]
-    assert sel["in"] == "model" and "with 'beamng' the seed is chosen by in-model validation" in sel["source_choice_not_run"]
+    assert seen["scorer"] is None and sel["in"] == "model"
+    assert "with 'beamng' the seed is chosen by in-model validation" in sel["source_choice_not_run"]
     assert "chosen by in-model validation" in capsys.readouterr().err
-    assert json.loads((root / "metrics_beamng" / "bicycle.json").read_text())["seed_selection"]["source_choice_not_run"]
+    assert json.loads((root / "m" / "bicycle.json").read_text())["seed_selection"]["source_choice_not_run"] == sel["source_choice_not_run"]
+    train_one("bicycle", Params.model_validate({"train": train}), root / "models", root / "p", root / "plots", root / "m")
+    assert seen["scorer"] is not None  # the embedded simulator: chosen in the source

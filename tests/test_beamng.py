@@ -155,6 +155,26 @@ def test_a_frozen_simulator_is_lost_within_twice_the_request_timeout() -> None:
     assert frozen.frozen is not None and 1.0 <= waited < 2 * 1.0 + 2.0
 
 
+def test_every_connection_is_bounded_by_the_request_timeout(standin: BeamngStandin) -> None:
+    """beamngpy 1.36 sets no timeout on vehicle sockets: s3 sets request_timeout on both connections
+    (load_timeout only while a scenario loads), and stops loudly when beamngpy's internals differ."""
+    from s3.sim.beamng import set_socket_timeout
+
+    s = BeamngSim(BeamngParams(port=standin.port, request_timeout=7.0, load_timeout=30.0))
+    try:
+        s.reset(circle_track(), 340.0, -25.0, np.pi / 2, 0.0)
+        assert s._bng.connection.skt.skt.gettimeout() == 7.0
+        assert s._vehicle.connection.skt.skt.gettimeout() == 7.0
+    finally:
+        s.close()
+
+    class Changed:  # a beamngpy whose Connection keeps its socket elsewhere
+        skt = None
+
+    with pytest.raises(SimulatorError, match=r"cannot bound the test connection to 60 s: beamngpy .* no longer has Connection.skt.skt"):
+        set_socket_timeout(Changed(), 60.0, "the test connection")
+
+
 def test_the_self_check_catches_a_flipped_rotation(standin: BeamngStandin, monkeypatch: pytest.MonkeyPatch) -> None:
     """An injected convention error (the heading's sign flipped) stops the reset with one line that
     names it; so do a displaced origin and a start speed that did not take."""

@@ -112,7 +112,7 @@ def set_socket_timeout(conn: Any, seconds: float, what: str) -> None:
         import beamngpy
 
         raise SimulatorError(
-            f"cannot bound {what} to {seconds:g} s: beamngpy {beamngpy.__version__} no longer has Connection.skt.skt "
+            f"cannot bound {what} to {seconds:g} s: beamngpy {str(beamngpy.__version__).strip()} no longer has Connection.skt.skt "
             "(s3 follows beamngpy 1.36); a frozen BeamNG.tech would hang s3"
         )
     conn.timeout = skt.timeout = seconds

@@ -357,12 +357,7 @@ class BeamngSim:
         and forward speed a reset asked for, within `check_heading_deg`, `check_speed_m_s`,
         `check_position_m` (checked in that order); the message names the mismatch and its likely cause (docs/beamng.md)."""
         p = self.params
-        try:
-            pos = np.asarray(state["pos"], dtype=np.float64)[:2] - self._origin
-            vel = np.asarray(state["vel"], dtype=np.float64)
-        except (KeyError, TypeError, ValueError) as e:
-            raise SimulatorError(f"BeamNG State sensor incomplete: {e}") from None
-        got_yaw = self._yaw(state)
+        pos, vel, got_yaw = self._pose(state)
         turn = math.degrees(wrap_angle(got_yaw - yaw))
         if abs(turn) > p.check_heading_deg:
             cause = (
@@ -422,15 +417,19 @@ class BeamngSim:
             raise SimulatorError("BeamNG State sensor returned no direction")
         return math.atan2(float(d[1]), float(d[0]))
 
+    def _pose(self, state: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, float]:
+        """From a State sensor reading: s3 position [2] (m, minus `origin`), world velocity [3] (m/s), yaw (rad)."""
+        try:
+            pos = np.asarray(state["pos"], dtype=np.float64)[:2] - self._origin
+            vel = np.asarray(state["vel"], dtype=np.float64)
+        except (KeyError, TypeError, ValueError) as e:
+            raise SimulatorError(f"BeamNG State sensor incomplete: {e}") from None
+        return pos, vel, self._yaw(state)
+
     def _state(self, yaw_rate: float) -> VehicleState:
         p = self.params
         st, el = self._vehicle.sensors["state"], self._vehicle.sensors["electrics"]
-        try:
-            pos = np.asarray(st["pos"], dtype=np.float64)[:2] - self._origin
-            vel = np.asarray(st["vel"], dtype=np.float64)
-        except (KeyError, TypeError, ValueError) as e:
-            raise SimulatorError(f"BeamNG State sensor incomplete: {e}") from None
-        yaw = self._yaw(st)
+        pos, vel, yaw = self._pose(st)
         self._yaw_prev = yaw
         c, s = math.cos(yaw), math.sin(yaw)
         if "steering" in el:

@@ -202,7 +202,7 @@ class TrainParams(_Section):
         le=64,
         description="independent PPO runs per policy (seeds seed, seed+1, ...), each for the full budget: every one is kept and "
         "evaluated (the unit of policy quality); policies/<name>/ also holds the one seed_selection picks, for export (s3.rl.seeds). "
-        "`direct` always runs one",
+        "`direct` always runs one. params.yaml: 3 (params_paper.yaml: 10); the class default 1 suits tests and one-off runs",
     )
     seed_selection: Literal["model", "source"] = Field(
         "model",
@@ -224,7 +224,11 @@ class TrainParams(_Section):
     validation_tolerance: float = Field(
         0.1, ge=0.0, le=1.0, description="keep the latest checkpoint scoring within this of the best (0: the best; see s3.rl.train)"
     )
-    road_course_check: bool = Field(True, description="after training, drive the nominal road course once (information only)")
+    road_course_check: bool = Field(
+        True,
+        description="after training, drive the nominal road course once in the model (information only; params.yaml: false, the road "
+        "course belongs to the evaluation suite)",
+    )
     env: EnvParams = EnvParams()
     tracks: TrackPoolParams = TrackPoolParams()
     ppo: PPOParams = PPOParams()

@@ -7,8 +7,10 @@ axle loses its side grip); the distilled models slide but do not spin. With the 
 the policy meets in the source behaves more like the one it learned in.
 
 `SlipControl` is the aid itself (the `pid` baseline has always driven with it); `WithDriverAids`
-wraps any source simulator so that every command passes through it, as a car's own control unit
-would do, whoever drives.
+wraps the source simulator so that every command passes through it, as a car's own control unit
+would do, whoever drives. `sim.driver_aids` (on by default) is the one car of every stage
+(collection, probes, direct, evaluation) on the embedded simulator; a BeamNG vehicle brings its
+own (`SimParams.aids()`, docs/decisions/driver-aids.md).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ if TYPE_CHECKING:
 
 
 class DriverAidsParams(BaseModel):
-    """The `evaluate.driver_aids:` section. Off by default (the bare car, which `s3 collect` always drives)."""
+    """The `sim.driver_aids:` section. The class default is the bare car (both off); params.yaml's
+    default (s3.config.SimParams) turns both on."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

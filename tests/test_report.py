@@ -349,6 +349,8 @@ def test_the_claims_verdicts_from_their_inputs(ws: Path) -> None:
 
     _write(ws / "metrics" / "experiments" / "ablation" / "diverse_blind.json", variant(0.8))
     _write(ws / "metrics" / "experiments" / "ablation" / "narrow_blind.json", variant(0.2))
+    _write(ws / "metrics" / "experiments" / "ablation" / "diverse_model_label.json", variant(0.3))  # blind better: holds
+    _write(ws / "metrics" / "experiments" / "ablation" / "diverse_policy_label.json", variant(0.8))  # the same: cannot tell
     rep = rp.build_report(ws / "metrics")
     assert rep["efficiency"]["direct_budget_rule"]["holds"] is False  # read from the one check, time_to_quality's
     assert "NOT met" in "\n".join(cost_lines(rep))
@@ -358,9 +360,12 @@ def test_the_claims_verdicts_from_their_inputs(ws: Path) -> None:
     rate = {c["statement"].split(":")[0]: c for c in rep["claims"] if c["statement"].endswith("mean_abs_steering_rate lower")}
     assert rate["ddm vs transformer"]["verdict"] == "holds" and rate["ddm vs transformer"]["effect"] == pytest.approx(-0.43)
     assert rate["dytr vs transformer"]["verdict"] == "does not hold" and rate["dytr vs transformer"]["effect"] == pytest.approx(0.40)
-    four = rep["claims"][-1]
+    four, model, policy, both = rep["claims"][-4:]
     assert four["effect"] == pytest.approx(0.6) and four["verdict"] == "holds" and four["n"] == "3 vs 3 seeds, 12 vs 12 ice runs"
-    assert rep["experiments"] == {"ablation": ["diverse_blind", "narrow_blind"]}
+    assert model["statement"].endswith("for the model") and model["effect"] == pytest.approx(0.5) and model["verdict"] == "holds"
+    assert policy["effect"] == pytest.approx(0.0) and policy["verdict"] == "cannot tell"
+    assert both["verdict"] == "not run" and both["claim"] == four["claim"]  # diverse_labelled was not run
+    assert rep["experiments"] == {"ablation": ["diverse_blind", "diverse_model_label", "diverse_policy_label", "narrow_blind"]}
 
 
 def test_direct_budget_rule_and_the_claims_verdicts(ws: Path) -> None:

@@ -128,16 +128,28 @@ def accuracy(rows: Mapping[str, Mapping[str, Any]], evals: Mapping[str, Mapping[
     return _row("3 accuracy predicts quality", statement, -1, effect, n, {"p_value": res["p_value"], "models": points, "reason": res["reason"]}, status)
 
 
-def friction(ablation: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Claim 4: ice lap share, high minus low friction diversity, both without surface labels."""
-    statement = "high friction diversity without surface labels gives a higher ice lap share than low diversity without labels"
-    hi, lo = ablation.get("diverse_blind"), ablation.get("narrow_blind")
-    if hi is None or lo is None:
-        return _row("4 friction diversity transfers", statement, +1, None, "—", status="not run")
-    a, b = groups(_runs(hi.get("eval"), "ice"), "lap_share"), groups(_runs(lo.get("eval"), "ice"), "lap_share")
-    iv = difference_bootstrap(a, b)
-    n = f"{len(a)} vs {len(b)} seeds, {sum(map(len, a))} vs {sum(map(len, b))} ice runs"
-    return _row("4 friction diversity transfers", statement, +1, iv, n, {v: quality(d.get("eval")) for v, d in ablation.items()})
+FRICTION = "4 friction diversity transfers"
+LABELLED = (("diverse_model_label", "the model"), ("diverse_policy_label", "the policy"), ("diverse_labelled", "the model and the policy"))
+
+
+def friction(ablation: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Claim 4: ice lap share, high minus low friction diversity, both without surface labels; then,
+    on the diverse distribution, without labels minus with them (for the model, the policy, both)."""
+
+    def row(statement: str, hi: Mapping[str, Any] | None, lo: Mapping[str, Any] | None, detail: Any = None) -> dict[str, Any]:
+        if hi is None or lo is None:
+            return _row(FRICTION, statement, +1, None, "—", status="not run")
+        a, b = groups(_runs(hi.get("eval"), "ice"), "lap_share"), groups(_runs(lo.get("eval"), "ice"), "lap_share")
+        n = f"{len(a)} vs {len(b)} seeds, {sum(map(len, a))} vs {sum(map(len, b))} ice runs"
+        return _row(FRICTION, statement, +1, difference_bootstrap(a, b), n, detail)
+
+    blind = ablation.get("diverse_blind")
+    return [
+        row("high friction diversity without surface labels gives a higher ice lap share than low diversity without labels",
+            blind, ablation.get("narrow_blind"), {v: quality(d.get("eval")) for v, d in ablation.items()}),
+        *(row(f"diverse friction: a higher ice lap share without surface labels than with them for {who}", blind, ablation.get(v))
+          for v, who in LABELLED),
+    ]  # fmt: skip
 
 
 def efficiency_claim(ttq: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -176,5 +188,5 @@ def claims(evals: Mapping[str, Mapping[str, Any] | None], rows: Mapping[str, Map
         efficiency_claim(ttq),
         *smoothness(evals),
         accuracy(rows, evals, families, experiments.get("graded", {})),
-        friction(experiments.get("ablation", {})),
+        *friction(experiments.get("ablation", {})),
     ]

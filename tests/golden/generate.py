@@ -1,6 +1,6 @@
 """Golden fixtures that pin the driving task's behaviour (issue 24's refactor check).
 
-    python tests/golden/generate.py            # rewrite tests/golden/*.npz, *.json (then commit)
+    MKL_CBWR=COMPATIBLE python tests/golden/generate.py   # rewrite tests/golden/*.npz, *.json (then commit)
 
 What is pinned (tests/test_golden.py compares against it):
 - `model/`: a bicycle model fitted on synthetic rollouts (a fixed dynamics model for the rest);

@@ -188,3 +188,17 @@ def test_direct_keeps_its_checkpoint_by_the_distilled_rule() -> None:
     assert kept["iteration"] == 2 and trainer.loaded["actor"] == 2  # 0.85 >= 0.9 - 0.1, and later than the best
     choice.validated = []
     assert choice.choose(Trainer())["iteration"] == 7  # no validation: the last checkpoint
+
+
+def test_a_skipped_direct_is_recorded_by_train_and_evaluate(tmp_path) -> None:
+    """With a BeamNG source `direct` is not trained: train writes the reason, evaluate records it (no policy)."""
+    from s3.evaluate.policy_eval import skipped_policy
+    from s3.rl.direct import train_direct
+
+    params = Params.model_validate({"sim": {"backend": "beamng"}, "train": TINY})
+    summary = train_direct(params, tmp_path / "policies", None, tmp_path / "metrics")
+    assert "sim.backend 'mujoco'" in summary["skipped"] and not (tmp_path / "policies/direct/policy.json").exists()
+    out = skipped_policy("direct", tmp_path / "policies/direct", tmp_path / "eval/direct.json", tmp_path / "plots/direct")
+    assert out == {"driver": "direct", "skipped": summary["skipped"]} == json.loads((tmp_path / "eval/direct.json").read_text())
+    assert (tmp_path / "plots/direct/skipped.txt").read_text().strip() == summary["skipped"]
+    assert skipped_policy("ddm", tmp_path / "policies/ddm", tmp_path / "eval/ddm.json", tmp_path / "plots/ddm") is None

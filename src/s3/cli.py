@@ -200,7 +200,7 @@ def evaluate(
 ) -> None:
     """Drive every seed of the policies (and the baselines) in the source simulator on the evaluation suite."""
     from s3.evaluate.evaluate import BASELINES, evaluate_baseline
-    from s3.evaluate.policy_eval import evaluate_policy
+    from s3.evaluate.policy_eval import evaluate_policy, skipped_policy
 
     p = _params(params, set_)
     with _one_line_errors():
@@ -224,15 +224,10 @@ def evaluate(
                     log_evaluate(p, name, results[name])
                 continue
             folder = POLICIES_DIR / name
-            skipped = folder / "skipped.json"
-            if not (folder / "policy.json").exists() and skipped.exists():  # direct with a BeamNG source (s3.rl.direct.skip_reason)
-                results[name] = {"driver": name, "skipped": json.loads(skipped.read_text())["skipped"]}
-                from s3.io import write_json_atomic
-
-                write_json_atomic(out, results[name])
-                plots.mkdir(parents=True, exist_ok=True)  # the stage's plots folder: only the reason in it
-                (plots / "skipped.txt").write_text(results[name]["skipped"] + "\n")
-                console.print(f"evaluate: {name} not evaluated: {results[name]['skipped']}")
+            skipped = skipped_policy(name, folder, out, plots)  # direct with a BeamNG source
+            if skipped is not None:
+                results[name] = skipped
+                console.print(f"evaluate: {name} not evaluated: {skipped['skipped']}")
                 continue
             if not (folder / "policy.json").exists():
                 if family == "all" and name not in p.families:

@@ -23,7 +23,7 @@ import numpy as np
 from s3.evaluate.evaluate import eval_params_of, evaluate_driver, track_name, transfer_gap
 from s3.evaluate.policy_driver import PolicyFactory
 from s3.evaluate.suite import QUALITY, SUITE, block, policy_seeds
-from s3.io import json_safe, write_json_atomic
+from s3.io import json_safe, write_json_atomic, write_text_atomic
 from s3.tracks.evaluation_circuits import evaluation_track
 
 
@@ -93,4 +93,20 @@ def evaluate_policy(name: str, folder: str | Path, params: Any, out_json: str | 
     result["transfer_gap"] = {c: transfer_gap(result["summary"][SUITE][c], inside["summary"][SUITE][c]) for c in inside["summary"][SUITE]}
     result = json_safe(result)  # an undefined metric (NaN) is null, not a crash after the runs
     write_json_atomic(out_json, result)
+    return result
+
+
+def skipped_policy(name: str, folder: Path, out_json: Path, plots_dir: Path) -> dict[str, Any] | None:
+    """A policy its train stage did not train (<folder>/skipped.json, s3.rl.direct.write_skipped: `direct`
+    with a BeamNG source): its evaluation record says why, and its plots folder holds only the reason.
+    None when the folder holds a policy or no such record."""
+    from s3.rl.direct import SKIPPED
+
+    record = Path(folder) / SKIPPED
+    if (Path(folder) / "policy.json").exists() or not record.exists():
+        return None
+    result = {"driver": name, "skipped": json.loads(record.read_text())["skipped"]}
+    write_json_atomic(out_json, result)
+    Path(plots_dir).mkdir(parents=True, exist_ok=True)
+    write_text_atomic(Path(plots_dir) / "skipped.txt", result["skipped"] + "\n")
     return result

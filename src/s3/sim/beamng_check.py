@@ -40,13 +40,13 @@ def check_track(radius: float = 150.0, n: int = 400) -> Track:
     return Track("first_contact", xy, np.full(n, 5.0), np.full(n, 5.0))
 
 
-def first_contact(sim_params: Any, make: Callable[[Any], Any] | None = None) -> list[Check]:
+def first_contact(sim_params: Any) -> list[Check]:
     """Run the checks against the BeamNG.tech of `sim_params.beamng` (sim.backend must be beamng)."""
     from s3.sim.beamng import BeamngSim
 
     if sim_params.backend != "beamng":
         raise ValueError("s3 beamng check: set sim.backend: beamng (and sim.beamng.host / port)")
-    sim = make(sim_params) if make is not None else BeamngSim(sim_params.beamng, control_dt=sim_params.control_dt)
+    sim = BeamngSim(sim_params.beamng, control_dt=sim_params.control_dt)
     track = check_track()
     checks: list[Check] = []
 

@@ -23,14 +23,17 @@ if TYPE_CHECKING:
 Handler = Callable[["BeamngStandin", dict[str, Any]], dict[str, Any] | None]
 
 
-def _lua_pattern() -> re.Pattern[str]:
-    probe = FRICTION_LUA.format(gm="@@GM@@", scale="@@SCALE@@")
-    rx = re.escape(probe).replace("@@GM@@", r"(?P<gm>[A-Za-z0-9_]+)").replace("@@SCALE@@", r"(?P<scale>\d+\.\d{6})")
+def _lua_pattern(template: str, **groups: str) -> re.Pattern[str]:
+    """The exact text of one of s3's Lua templates, its placeholders captured by the given regexes."""
+    probe = template.format(**{k: f"@@{k}@@" for k in groups})
+    rx = re.escape(probe)
+    for k, pattern in groups.items():
+        rx = rx.replace(f"@@{k}@@", f"(?P<{k}>{pattern})")
     return re.compile(rx)
 
 
-FRICTION_RE = _lua_pattern()  # s3's friction Lua chunk, capturing the ground model `gm` and `scale`
-FRICTION_CHECK_RE = re.compile(re.escape(FRICTION_CHECK_LUA.format(gm="@@GM@@")).replace("@@GM@@", r"(?P<gm>[A-Za-z0-9_]+)"))
+FRICTION_RE = _lua_pattern(FRICTION_LUA, gm=r"[A-Za-z0-9_]+", scale=r"\d+\.\d{6}")  # the friction chunk: ground model, scale
+FRICTION_CHECK_RE = _lua_pattern(FRICTION_CHECK_LUA, gm=r"[A-Za-z0-9_]+")  # the read-back chunk: ground model
 
 
 # -- main socket ---------------------------------------------------------------------------------

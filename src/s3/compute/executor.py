@@ -47,6 +47,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from s3.compute.params import ComputeParams, JobKind
 from s3.compute.retry import RetryPolicy, WorkerDied, describe
 from s3.workers import exit_with_parent, forkserver_context, prestart
 
@@ -79,22 +80,68 @@ class Outcome:
         return self.error is None
 
 
-class LocalExecutor:
+class Executor:
+    """What every backend shares: the instances' bookkeeping, the retry decisions, messages.
+
+    `shared_fs`: whether the jobs see this process's files (the local pool) or not (Ray): a stage
+    ships a job's input files in its args and writes the files it returns when they do not."""
+
+    shared_fs = True
+
+    def __init__(self, policy: RetryPolicy | None = None, label: str = "s3", instances: Sequence[str] = ()) -> None:
+        self.instances = tuple(instances)
+        if len(set(self.instances)) != len(self.instances):
+            raise ValueError(f"instances: each instance once (got {list(self.instances)})")
+        self.policy, self.label = policy or RetryPolicy(), label
+        self.down: set[str] = set()  # instances whose last job lost its simulator
+        self.leases = dict.fromkeys(self.instances, 0)  # jobs handed to each instance so far
+
+    def run(self, jobs: Sequence[Job], on_done: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
+        raise NotImplementedError
+
+    def say(self, msg: str) -> None:
+        print(f"{self.label}: {msg}", file=sys.stderr, flush=True)
+
+    def _given_up(self, job: Job, o: Outcome, error: BaseException, attempts: int) -> Outcome:
+        """A job's last attempt failed: stop the stage, or report the job failed."""
+        if self.policy.fatal(error) and not (self.policy.retriable(error) and self.instances and set(self.instances) - self.down):
+            if self.policy.retriable(error):  # an unreachable simulator (every instance), still so on the last attempt
+                raise type(error)(f"{error} ({job.name}, {attempts} attempts)") from None
+            raise error
+        o.error, o.retries = f"{error}", max(o.retries, attempts - 1)  # re-runs after a shared pool broke count too
+        o.causes.append(describe(error))  # the cause of the last attempt
+        return o
+
+    def _instance_for(self, in_use: set[str], avoid: str | None) -> str | None:
+        """A free instance for the next job: one that is up (not `avoid`, the one this job last
+        failed on, while another will do); while an instance that is up is busy, none that is down;
+        when every instance is down, a free one all the same (it may be back)."""
+        free = [r for r in self.instances if r not in in_use]
+        up = [r for r in free if r not in self.down]
+        if not up and any(r not in self.down for r in in_use):
+            return None
+        pool = up or free
+        return min(pool, key=lambda r: r == avoid) if pool else None
+
+    def _retry(self, job: Job, o: Outcome, error: BaseException, attempt: int) -> bool:
+        """Whether a job that raised `error` on attempt `attempt` runs again."""
+        if not self.policy.retriable(error) or attempt > self.policy.retries:
+            return False
+        o.retries += 1
+        o.causes.append(describe(error))
+        self.say(f"{job.name}: {error}; retry {attempt}/{self.policy.retries} in {self.policy.wait_s(attempt):g} s")
+        return True
+
+
+class LocalExecutor(Executor):
     """Jobs in this process (workers == 1) or in a local process pool (see the module docstring)."""
 
     def __init__(
         self, workers: int = 0, preload: Sequence[str] = (), policy: RetryPolicy | None = None, label: str = "s3", instances: Sequence[str] = ()
     ) -> None:
-        self.instances = tuple(instances)
-        if len(set(self.instances)) != len(self.instances):
-            raise ValueError(f"instances: each instance once (got {list(self.instances)})")
+        super().__init__(policy, label, instances)
         self.workers = len(self.instances) if self.instances else max(1, int(workers) or (os.cpu_count() or 1))
-        self.preload, self.policy, self.label = tuple(preload), policy or RetryPolicy(), label
-        self.down: set[str] = set()  # instances whose last job lost its simulator
-        self.leases = dict.fromkeys(self.instances, 0)  # jobs handed to each instance so far
-
-    def say(self, msg: str) -> None:
-        print(f"{self.label}: {msg}", file=sys.stderr, flush=True)
+        self.preload = tuple(preload)
 
     def run(self, jobs: Sequence[Job], on_done: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
         out: list[Outcome | None] = [None] * len(jobs)
@@ -133,16 +180,6 @@ class LocalExecutor:
                 del os.environ[INSTANCE_ENV]
             elif self.instances:
                 os.environ[INSTANCE_ENV] = old
-        return o
-
-    def _given_up(self, job: Job, o: Outcome, error: BaseException, attempts: int) -> Outcome:
-        """A job's last attempt failed: stop the stage, or report the job failed."""
-        if self.policy.fatal(error) and not (self.policy.retriable(error) and self.instances and set(self.instances) - self.down):
-            if self.policy.retriable(error):  # an unreachable simulator (every instance), still so on the last attempt
-                raise type(error)(f"{error} ({job.name}, {attempts} attempts)") from None
-            raise error
-        o.error, o.retries = f"{error}", max(o.retries, attempts - 1)  # re-runs after a shared pool broke count too
-        o.causes.append(describe(error))  # the cause of the last attempt
         return o
 
     # ------------------------------------------------------------------ in a process pool
@@ -226,26 +263,6 @@ class LocalExecutor:
                 else:
                     finish(i, self._given_up(jobs[i], outcomes[i], died, attempts[i]))
 
-    def _instance_for(self, in_use: set[str], avoid: str | None) -> str | None:
-        """A free instance for the next job: one that is up (not `avoid`, the one this job last
-        failed on, while another will do); while an instance that is up is busy, none that is down;
-        when every instance is down, a free one all the same (it may be back)."""
-        free = [r for r in self.instances if r not in in_use]
-        up = [r for r in free if r not in self.down]
-        if not up and any(r not in self.down for r in in_use):
-            return None
-        pool = up or free
-        return min(pool, key=lambda r: r == avoid) if pool else None
-
-    def _retry(self, job: Job, o: Outcome, error: BaseException, attempt: int) -> bool:
-        """Whether a job that raised `error` on attempt `attempt` runs again."""
-        if not self.policy.retriable(error) or attempt > self.policy.retries:
-            return False
-        o.retries += 1
-        o.causes.append(describe(error))
-        self.say(f"{job.name}: {error}; retry {attempt}/{self.policy.retries} in {self.policy.wait_s(attempt):g} s")
-        return True
-
     @staticmethod
     def _next_wake(queue: deque[int], not_before: dict[int, float]) -> float | None:
         waiting = [not_before[i] for i in queue if not_before[i] > time.monotonic()]
@@ -258,3 +275,23 @@ def _in_worker(environ: dict[str, str], fn: Callable[..., Any], args: tuple[Any,
         os.environ.clear()
         os.environ.update(environ)
     return fn(*args)
+
+
+def executor_for(
+    compute: ComputeParams | None,
+    kind: JobKind,
+    workers: int = 0,
+    preload: Sequence[str] = (),
+    label: str = "s3",
+    instances: Sequence[str] = (),
+    progress: bool = False,
+) -> Executor:
+    """The executor `compute.backend` names, for jobs of `kind` (their Ray resources):
+    `workers` and `preload` concern the local pool only (Ray's width is its cluster's resources);
+    `progress`: Ray shows jobs done / total across the cluster (a stage with a bar of its own: False)."""
+    compute = compute or ComputeParams()
+    if compute.backend == "ray":
+        from s3.compute.ray_executor import RayExecutor
+
+        return RayExecutor(compute, kind, label=label, instances=instances, progress=progress)
+    return LocalExecutor(workers, preload, compute.retry, label, instances)

@@ -1,10 +1,33 @@
-"""The `compute:` section of params.yaml: how a stage's parallel work runs."""
+"""The `compute:` section of params.yaml: where a stage's parallel work runs, and how failures are retried."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from s3.compute.retry import RetryPolicy
+
+JobKind = Literal["collect", "train", "evaluate"]
+
+
+class JobResources(BaseModel):
+    """What one job of a kind asks of a Ray node (the `ray` backend only)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_cpus: float = Field(1.0, gt=0.0, le=1024.0, description="CPU cores a job holds (a PPO seed: match train.torch_threads)")
+    num_gpus: float = Field(0.0, ge=0.0, le=64.0, description="GPUs a job holds (training on a GPU node: 1, with train.device cuda or auto)")
+
+
+class Resources(BaseModel):
+    """Per job kind: what one job asks of a Ray node."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    collect: JobResources = JobResources()
+    train: JobResources = JobResources()
+    evaluate: JobResources = JobResources()
 
 
 class ComputeParams(BaseModel):
@@ -12,6 +35,14 @@ class ComputeParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    backend: Literal["local", "ray"] = Field("local", description="local: a process pool on this machine (no Ray); ray: tasks on a Ray cluster")
+    address: str = Field(
+        "",
+        description="ray backend: '' starts a local Ray instance bound to 127.0.0.1 for the stage; 'auto' or 'host:6379' joins "
+        "a running cluster (this machine must be one of its nodes); 'ray://host:10001' joins one through Ray Client",
+    )
+    local_cpus: int = Field(0, ge=0, le=4096, description="ray backend, address '': CPUs of the local instance (0: every core)")
+    resources: Resources = Resources()
     retry: RetryPolicy = RetryPolicy()
     fail_at_lost_share: float = Field(
         1.0,
@@ -20,3 +51,11 @@ class ComputeParams(BaseModel):
         description="collect and evaluate exit non-zero when at least this share of their episodes / runs is lost after the "
         "retries (1.0: only when all is lost); any loss is reported",
     )
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        v = v.strip()
+        if v not in ("", "auto") and not v.startswith("ray://") and ":" not in v:
+            raise ValueError(f"{v!r}: '' (a local instance), 'auto', 'host:port' of a head node, or 'ray://host:10001'")
+        return v

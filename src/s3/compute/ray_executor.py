@@ -1,0 +1,263 @@
+"""The `ray` backend of the executor seam: a stage's jobs as tasks on a Ray cluster.
+
+    ex = RayExecutor(params.compute, "collect", label="collect", instances=sims)
+    outcomes = ex.run(jobs, on_done)        # the contract of s3.compute.executor, unchanged
+
+Connection (`connect`, once per process). `compute.address` '' starts a local instance for the
+stage (`compute.local_cpus` CPUs, every core by default) listening on 127.0.0.1 only, without the
+dashboard; it ends with the stage's process;
+'auto', 'host:6379' or 'ray://host:10001' joins a running cluster. Token authentication is on:
+RAY_AUTH_MODE=token is set when the environment does not say, and `disabled` is refused. A local
+instance gets a fresh random token held in this process's environment only (unless one is
+configured); a cluster's nodes and this process must share one (docs/cluster.md).
+
+Jobs. Each job is one task asking `compute.resources.<kind>` (`num_cpus`, `num_gpus`), so Ray
+places it where that fits: a GPU node takes the training, CPU nodes the simulation. A job needing
+a simulator instance (`instances`, e.g. BeamNG.tech addresses) also asks for that instance's
+custom resource (`instance_resource`, 1 per instance), so it lands on a node that declared it;
+the instance routing (one job per instance, down instances avoided, INSTANCE_ENV / LEASE_ENV) is
+the local pool's (s3.compute.executor.Executor). A task sees this process's `S3_*` environment
+variables, not its whole environment (the nodes have their own PATH and homes).
+
+Retries. Ray's own task retries are off (max_retries 0): a job that raised a retriable failure,
+or whose worker process or node died (WorkerCrashedError, NodeDiedError, ...: WorkerDied), is
+re-run here under the project's one policy (s3.compute.retry), counted in Outcome.retries, on
+whichever node has room. Ray knows which task a dead worker was running, so a death costs only
+that job. A failure that stops the stage cancels the jobs still running.
+
+Files. `shared_fs` is False: nodes share no filesystem with this process, so stages ship a job's
+input files in its args (s3.compute.files) and write what it returns (Ray's object store carries
+both ways); only this process writes into the workspace or talks to MLflow.
+
+Utilisation. After a run, `stats` holds the jobs' node count, summed job seconds and the share of
+the cluster's CPU-seconds (job CPUs x seconds / (cluster CPUs x wall)); one line says it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import sys
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from s3.compute.executor import INSTANCE_ENV, LEASE_ENV, Executor, Job, Outcome
+from s3.compute.params import ComputeParams, JobKind
+from s3.compute.retry import WorkerDied
+
+ENV_PREFIX = "S3_"  # the environment variables a task inherits from this process
+
+
+class RayUnavailable(RuntimeError):
+    """compute.backend is ray but Ray is not installed, refuses authentication, or lacks a resource."""
+
+
+def instance_resource(address: str) -> str:
+    """The Ray custom resource standing for one simulator instance (a node that reaches it declares 1)."""
+    return "s3_sim_" + re.sub(r"[^A-Za-z0-9]", "_", address)
+
+
+def connect(compute: ComputeParams, instances: Sequence[str] = ()) -> Any:
+    """The `ray` module, connected as `compute` says (once per process; a connected one is reused)."""
+    # Ray reads its authentication settings when it is first imported: set them before
+    mode = os.environ.setdefault("RAY_AUTH_MODE", "token")
+    if mode == "disabled":
+        raise RayUnavailable("RAY_AUTH_MODE=disabled: s3 does not run Ray without authentication (unset it, or set it to 'token')")
+    if compute.address == "" and "ray" not in sys.modules and not _has_token():
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # a local instance of this stage's own: a fresh secret, in this process only
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable("compute.backend is 'ray' but Ray is not installed: pip install 's3[ray]'") from None
+    if not ray.is_initialized():
+        if compute.address == "":
+            with _loopback_only():
+                ray.init(
+                    num_cpus=compute.local_cpus or os.cpu_count() or 1,
+                    resources={instance_resource(a): 1.0 for a in instances},
+                    include_dashboard=False,
+                    _node_ip_address="127.0.0.1",
+                    logging_level="warning",
+                    log_to_driver=True,
+                )
+        else:
+            ray.init(address=compute.address, logging_level="warning", log_to_driver=True)
+    have = ray.cluster_resources()
+    missing = [instance_resource(a) for a in instances if have.get(instance_resource(a), 0) < 1]
+    if missing:
+        raise RayUnavailable(
+            f"no Ray node declares the simulator instance resource(s) {', '.join(missing)}: start the node that reaches each "
+            f"instance with `ray start ... --resources '{{\"{missing[0]}\": 1}}'` (docs/cluster.md)"
+        )
+    return ray
+
+
+@contextlib.contextmanager
+def _loopback_only() -> Iterator[None]:
+    """While a local instance starts: keep 127.0.0.1 as its node address, so that its servers bind
+    to the loopback interface only. Ray 2.60's ray.init swaps a loopback address for the machine's
+    outward one (services.resolve_ip_for_localhost) and its servers then listen on every interface;
+    with the node address left at 127.0.0.1 they listen on 127.0.0.1 alone (tests/test_ray_executor.py)."""
+    from ray._private import services
+
+    resolve = getattr(services, "resolve_ip_for_localhost", None)
+    if resolve is None:
+        raise RayUnavailable(f"ray {_version()}: ray._private.services.resolve_ip_for_localhost is gone; s3 cannot keep a local instance on 127.0.0.1")
+    services.resolve_ip_for_localhost = lambda host: host
+    try:
+        yield
+    finally:
+        services.resolve_ip_for_localhost = resolve
+
+
+def _version() -> str:
+    import ray
+
+    return str(ray.__version__)
+
+
+def _has_token() -> bool:
+    """Whether Ray will find a token: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token."""
+    return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")) or (Path.home() / ".ray" / "auth_token").is_file()
+
+
+def _in_ray_worker(env: dict[str, str], fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, str, float]:
+    """Run a job in a Ray worker under `env`: (its result, the node id, its seconds)."""
+    import ray
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    t0 = time.perf_counter()
+    try:
+        return fn(*args), ray.get_runtime_context().get_node_id(), time.perf_counter() - t0
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class RayExecutor(Executor):
+    """A stage's jobs as Ray tasks (module docstring)."""
+
+    shared_fs = False
+
+    def __init__(self, compute: ComputeParams, kind: JobKind, label: str = "s3", instances: Sequence[str] = (), progress: bool = False) -> None:
+        super().__init__(compute.retry, label, instances)
+        self.ray = connect(compute, self.instances)
+        self.resources = getattr(compute.resources, kind)
+        self.progress = progress
+        self.remote = self.ray.remote(max_retries=0)(_in_ray_worker)
+        self.stats: dict[str, Any] = {}
+
+    def _cause(self, error: BaseException) -> BaseException:
+        """The job's own exception, or WorkerDied for a worker or node that went away."""
+        ex = self.ray.exceptions
+        if isinstance(error, ex.RayTaskError) and isinstance(error.cause, BaseException):
+            return error.cause
+        if isinstance(error, (ex.WorkerCrashedError, ex.NodeDiedError, ex.ObjectLostError, ex.LocalRayletDiedError, ex.OwnerDiedError)):
+            return WorkerDied(f"Ray worker died ({type(error).__name__})")
+        return error
+
+    def run(self, jobs: Sequence[Job], on_done: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
+        ray, n = self.ray, len(jobs)
+        outcomes = [Outcome(j.name) for j in jobs]
+        finished: list[Outcome | None] = [None] * n
+        attempts, not_before = [0] * n, [0.0] * n
+        failed_on: dict[int, str] = {}
+        queue, running = deque(range(n)), {}  # running: ObjectRef -> (job index, instance or None)
+        nodes: Counter[str] = Counter()
+        job_s, t0 = 0.0, time.monotonic()
+        bar = _Bar(self.label, n) if self.progress and n else None
+
+        def finish(i: int, o: Outcome) -> None:
+            finished[i] = o
+            if bar is not None:
+                bar.advance()
+            if on_done is not None:
+                on_done(i, o)
+
+        try:
+            while queue or running:
+                busy = {jobs[i].affinity for i, _ in running.values()} - {None}
+                for i in list(queue):
+                    if jobs[i].affinity in busy or not_before[i] > time.monotonic():
+                        continue
+                    env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
+                    opts: dict[str, Any] = {"num_cpus": self.resources.num_cpus, "num_gpus": self.resources.num_gpus}
+                    instance = None
+                    if self.instances:
+                        instance = self._instance_for({r for _, r in running.values()}, failed_on.get(i))
+                        if instance is None:  # the instances that are up are all busy
+                            break
+                        env[INSTANCE_ENV], env[LEASE_ENV] = instance, str(self.leases[instance])
+                        self.leases[instance] += 1
+                        opts["resources"] = {instance_resource(instance): 1.0}
+                    queue.remove(i)
+                    attempts[i] += 1
+                    running[self.remote.options(**opts).remote(env, jobs[i].fn, jobs[i].args)] = (i, instance)
+                    busy |= {jobs[i].affinity} - {None}
+                if not running:  # everything left waits out a backoff
+                    time.sleep(max(0.0, min(not_before[i] for i in queue) - time.monotonic()))
+                    continue
+                waiting = [not_before[i] - time.monotonic() for i in queue if not_before[i] > time.monotonic()]
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, min(waiting)) if waiting else None)
+                for ref in ready:
+                    i, instance = running.pop(ref)
+                    try:
+                        value, node, seconds = ray.get(ref)
+                    except Exception as e:
+                        error = self._cause(e)
+                        if instance is not None and self.policy.retriable(error):
+                            self.down.add(instance)
+                            failed_on[i] = instance
+                        if self._retry(jobs[i], outcomes[i], error, attempts[i]):
+                            not_before[i] = time.monotonic() + self.policy.wait_s(attempts[i])
+                            queue.append(i)
+                            continue
+                        finish(i, self._given_up(jobs[i], outcomes[i], error, attempts[i]))
+                        continue
+                    self.down.discard(instance)  # type: ignore[arg-type]
+                    nodes[node] += 1
+                    job_s += seconds
+                    outcomes[i].value = value
+                    finish(i, outcomes[i])
+        finally:
+            for ref in running:  # a failure that stops the stage: the rest is not wanted
+                ray.cancel(ref, force=True)
+            if bar is not None:
+                bar.close()
+        wall = time.monotonic() - t0
+        cpus = float(ray.cluster_resources().get("CPU", 0.0))
+        share = job_s * self.resources.num_cpus / (cpus * wall) if cpus and wall > 0 else None
+        self.stats = {"jobs": n, "attempts": sum(attempts), "nodes": len(nodes), "jobs_per_node": sorted(nodes.values(), reverse=True),
+                      "job_seconds": round(job_s, 2), "wall_s": round(wall, 2), "cluster_cpus": cpus,
+                      "utilisation": None if share is None else round(share, 3)}  # fmt: skip
+        if n:
+            use = "" if share is None else f", {share:.0%} of the cluster's {cpus:g} CPUs busy"
+            self.say(f"ray: {n} jobs on {len(nodes)} node(s) in {wall:.1f} s ({job_s:.1f} job-seconds{use})")
+        return [o for o in finished if o is not None]
+
+
+class _Bar:
+    """Jobs done / total across the cluster, on stderr (rich)."""
+
+    def __init__(self, label: str, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import Progress
+
+        self.progress = Progress(console=Console(file=sys.stderr), transient=False)
+        self.task = self.progress.add_task(f"{label} (ray)", total=total)
+        self.progress.start()
+
+    def advance(self) -> None:
+        self.progress.advance(self.task)
+
+    def close(self) -> None:
+        self.progress.stop()

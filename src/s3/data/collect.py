@@ -5,7 +5,9 @@ dataset depends only on the seed, never on how episodes are spread over workers.
 episodes [k*E, (k+1)*E) and is written atomically; a re-run skips shards that are already there
 with the same provenance, so a killed collection resumes where it stopped.
 
-Shards are the jobs of the executor (s3.compute.executor), which alone retries, by the project's
+Shards are the jobs of the executor (s3.compute.executor: a local pool, or Ray with
+`compute.backend: ray`). A job returns its shard's bytes and this process writes them, so workers
+need no access to the workspace. The executor alone retries, by the project's
 one policy (`compute.retry`): a shard whose simulator connection was lost (`SimulatorLost`, the
 cached simulator is dropped first) or whose worker process died is re-run. Because every episode
 is a function of (seed, episode), a retried shard gives exactly the rows it would have given.
@@ -41,7 +43,7 @@ import pyarrow.parquet as pq
 from rich.progress import Progress
 
 from s3 import __version__
-from s3.compute.executor import Job, LocalExecutor, Outcome
+from s3.compute.executor import Job, Outcome, executor_for
 from s3.compute.retry import check_lost
 from s3.config import Params
 from s3.data.driver import ExplorationDriver
@@ -51,10 +53,11 @@ from s3.data.rollouts import (
     read_manifest,
     read_shard,
     sha256_file,
+    shard_bytes,
     shard_metadata,
     shard_name,
+    write_bytes_atomic,
     write_manifest,
-    write_shard,
 )
 from s3.data.schema import COLUMNS, SCHEMA_VERSION
 from s3.io import workspace_lock, write_json_atomic
@@ -217,8 +220,9 @@ def _reusable(path: Path, key: str, old_sha: str | None) -> bool:
     return True
 
 
-def collect_shard(params_json: str, index: int, out_dir: str, key: str) -> ShardResult:
-    """Drive the episodes of shard `index` and write it (an executor job, in a worker or this process)."""
+def collect_shard(params_json: str, index: int, key: str) -> tuple[ShardResult, bytes]:
+    """Drive the episodes of shard `index` (an executor job, anywhere): (its result, its Parquet
+    bytes), which the stage's process writes (a worker needs no access to the workspace)."""
     params = Params.model_validate_json(params_json)
     t0 = time.perf_counter()
     frames, dropped = [], []
@@ -230,10 +234,9 @@ def collect_shard(params_json: str, index: int, out_dir: str, key: str) -> Shard
         else:
             frames.append(df)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({k: [] for k in COLUMNS})
-    path = Path(out_dir) / shard_name(index)
     meta = {"s3_collect_key": key, "s3_shard": str(index), "s3_dropped": json.dumps(dropped), "s3_lost": "[]"}
-    write_shard(path, df, meta)
-    return ShardResult(index, path.name, len(df), len(frames), dropped, time.perf_counter() - t0)
+    data = shard_bytes(df, meta, shard_name(index))
+    return ShardResult(index, shard_name(index), len(df), len(frames), dropped, time.perf_counter() - t0), data
 
 
 def shard_episodes(params: Params, index: int) -> range:
@@ -284,9 +287,9 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics
                 progress.advance(bar)
 
             preload = ("s3.data.collect", "s3.sim.factory", f"s3.sim.{'beamng' if params.sim.backend == 'beamng' else 'mujoco_car'}")
-            executor = LocalExecutor(workers, preload, params.compute.retry, label="collect", instances=sims)
+            executor = executor_for(params.compute, "collect", workers, preload, "collect", sims)
             try:
-                executor.run([Job(f"shard {k}", collect_shard, (params_json, k, str(out), key)) for k in todo], done)
+                executor.run([Job(f"shard {k}", collect_shard, (params_json, k, key)) for k in todo], done)
             finally:
                 drop_worker_sim()  # this process's, if the shards ran here
         wall = time.perf_counter() - t0
@@ -313,7 +316,8 @@ def _shard_result(params: Params, index: int, out: Path, o: Outcome) -> ShardRes
     eps = shard_episodes(params, index)
     retried = [{"shard": index, "episodes": [eps.start, eps.stop - 1], "retries": o.retries, "causes": o.causes}] if o.retries else []
     if o.ok:
-        r: ShardResult = o.value
+        r, data = o.value
+        write_bytes_atomic(out / r.file, data)
         r.retried = retried
         return r
     (out / shard_name(index)).unlink(missing_ok=True)

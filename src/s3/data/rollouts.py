@@ -40,16 +40,28 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_shard(path: Path, df: pd.DataFrame, metadata: dict[str, str]) -> None:
-    """Write one shard atomically with the project schema and provenance metadata."""
+def shard_bytes(df: pd.DataFrame, metadata: dict[str, str], name: str = "shard") -> bytes:
+    """One shard as Parquet bytes with the project schema and provenance metadata (`name` for errors)."""
     numeric = df.select_dtypes(include=[np.number])
     if not np.isfinite(numeric.to_numpy(dtype=np.float64)).all():
-        raise RolloutError(f"{path}: refusing to write non-finite values")
+        raise RolloutError(f"{name}: refusing to write non-finite values")
     schema = arrow_schema()
     table = pa.Table.from_pandas(df[list(COLUMNS)], schema=schema, preserve_index=False)
     table = table.replace_schema_metadata({**schema.metadata, **{k.encode(): v.encode() for k, v in metadata.items()}})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write a shard's bytes (shard_bytes) atomically."""
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        tmp.write_bytes(data)
+
+
+def write_shard(path: Path, df: pd.DataFrame, metadata: dict[str, str]) -> None:
+    """Write one shard atomically with the project schema and provenance metadata."""
+    write_bytes_atomic(path, shard_bytes(df, metadata, str(path)))
 
 
 def shard_metadata(path: Path) -> dict[str, str]:

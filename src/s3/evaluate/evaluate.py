@@ -11,8 +11,8 @@ The per-run metrics (s3.evaluate.metrics) are kept as rows; the summaries (s3.ev
 each figure with its interval and n: over the suite and per circuit, and per seed. Written
 atomically to `out_json` (conventionally metrics/eval/<name>.json); figures under `plots_dir`.
 
-Each run is a job of the executor (s3.compute.executor; `evaluate.workers` at once, one for
-BeamNG's one instance), so runs go side by side and the project's one retry policy applies: a
+Each run is a job of the executor (s3.compute.executor; `evaluate.workers` at once, one per
+BeamNG instance; or Ray tasks, with a policy's files shipped to them), so runs go side by side and the project's one retry policy applies: a
 run whose simulator connection was lost says nothing about the driver and is re-run on a fresh
 simulator; a run still lost after the retries is left out of the summaries and listed under
 "lost" with the error; "retried" lists runs that needed retries and then succeeded. A simulator
@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from s3.compute.executor import Job, LocalExecutor
-from s3.compute.retry import RetryPolicy, check_lost
+from s3.compute.executor import Job, executor_for
+from s3.compute.retry import check_lost
 from s3.evaluate.drivers import DriverFactory, PidFactory, cautious
 from s3.evaluate.metrics import run_metrics
 from s3.evaluate.params import EvaluateParams
@@ -108,11 +108,11 @@ def evaluate_driver(
     t_start = time.perf_counter()
     seeded = _seeded(drivers)
     runs = [(seed, spec, cond, i) for seed, _ in seeded for spec in ep.tracks for cond in ep.conditions for i in range(len(ep.start_fractions))]
-    factory_of = dict(seeded)
     sims = instances(params.sim)  # one BeamNG instance is one world: one worker per instance
     compute = getattr(params, "compute", None)
-    retry = compute.retry if compute is not None else RetryPolicy()
-    executor = LocalExecutor(len(sims) or ep.workers, PRELOAD, retry, label=f"evaluate {name}", instances=sims)
+    executor = executor_for(compute, "evaluate", len(sims) or ep.workers, PRELOAD, f"evaluate {name}", sims, progress=True)
+    ship = (lambda f: f) if executor.shared_fs else (lambda f: f.shipped() if hasattr(f, "shipped") else f)  # a policy's files travel with it
+    factory_of = {seed: ship(f) for seed, f in seeded}
     sim_json, ep_json = params.sim.model_dump_json(), ep.model_dump_json()
     jobs = [Job(f"seed {seed} {spec} {cond} start {i}", evaluation_run, (sim_json, ep_json, factory_of[seed], spec, cond, i)) for seed, spec, cond, i in runs]
     try:

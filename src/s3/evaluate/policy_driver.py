@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from s3.compute.files import Files, pack, unpacked
 from s3.evaluate.drivers import DriverFactory, TrackState
 from s3.rl.params import EnvParams
 from s3.sim.base import Control, SourceSim, VehicleState
@@ -89,20 +90,31 @@ class PolicyFactory:
     """A DriverFactory for the exported policy in `folder` (policies/<name>/); picklable, loads on first use.
 
     Refuses a simulator whose control period differs from the one the policy was trained at.
+    `shipped()` is the same factory carrying the policy's files, for a worker that cannot read
+    `folder` (s3.compute: a Ray node); `folder` then only names it.
     """
 
-    def __init__(self, folder: str | Path, device: str = "cpu") -> None:
-        self.folder, self.device = str(folder), device
+    def __init__(self, folder: str | Path, device: str = "cpu", files: Files | None = None) -> None:
+        self.folder, self.device, self.files = str(folder), device, files
         self._loaded: tuple[Any, dict[str, Any], EnvParams] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"folder": self.folder, "device": self.device, "_loaded": None}
+        return {"folder": self.folder, "device": self.device, "files": self.files, "_loaded": None}
+
+    def shipped(self) -> PolicyFactory:
+        from s3.rl.export import META, WEIGHTS
+
+        return PolicyFactory(self.folder, self.device, pack(self.folder, [META, WEIGHTS]))
 
     def __call__(self, sim: SourceSim) -> PolicyDriver:
         from s3.rl.export import as_callable, load_deployed, policy_env_params
 
         if self._loaded is None:
-            module, meta = load_deployed(self.folder, self.device)
+            if self.files is None:
+                module, meta = load_deployed(self.folder, self.device)
+            else:
+                with unpacked(self.files) as folder:
+                    module, meta = load_deployed(folder, self.device)
             self._loaded = (module, meta, policy_env_params(meta))
         module, meta, env_params = self._loaded
         if abs(float(meta["dt"]) - sim.control_dt) > 1e-9:

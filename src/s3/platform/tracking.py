@@ -254,6 +254,51 @@ class Run:
                 self.client.set_terminated(self.run_id, status=status)
 
 
+class Recorder:
+    """Stands in for a Run where MLflow must not be reached (a job on a Ray node): it keeps the
+    calls, with artifact paths relative to `base` (the job's folder), and `replay(run, base)` makes
+    them in the stage's process against the real run, with `base` the folder the job's files were
+    written to. Carries the run's id, so what the job records about its run is the same."""
+
+    def __init__(self, run_id: str | None, base: str | Path) -> None:
+        self.run_id, self.base = run_id, Path(base)
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def log_curve(self, points: Iterable[tuple[str, int, Any]], prefix: str = "") -> None:
+        self.calls.append(("log_curve", (list(points), prefix)))
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int = 0) -> None:
+        self.calls.append(("log_metrics", (dict(metrics), step)))
+
+    def log_params(self, params: Mapping[str, Any], prefix: str = "") -> None:
+        self.calls.append(("log_params", (dict(params), prefix)))
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        self.calls.append(("set_tags", (dict(tags),)))
+
+    def log_artifacts(self, paths: Iterable[str | Path], artifact_path: str) -> None:
+        rel = [Path(p).resolve().relative_to(self.base.resolve()).as_posix() for p in paths]  # inside the job's folder
+        self.calls.append(("log_artifacts", (rel, artifact_path)))
+
+    def flush(self) -> None:
+        pass
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "base": str(self.base), "calls": self.calls}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.run_id, self.base, self.calls = state["run_id"], Path(state["base"]), state["calls"]
+
+    def replay(self, run: Run | None, base: str | Path) -> None:
+        """Make the recorded calls on `run` (nothing when None), artifacts read under `base`."""
+        if run is None:
+            return
+        for name, args in self.calls:
+            if name == "log_artifacts":
+                args = ([Path(base) / p for p in args[0]], args[1])
+            getattr(run, name)(*args)
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.exists() else "none"
 

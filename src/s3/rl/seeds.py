@@ -1,13 +1,15 @@
 """Several PPO seeds per policy, trained side by side; the best by procedural validation is kept.
 
-    train_seeds(name, family, model_folder, out_dir, plot_path, params, source_scorer=None, run=None, retry=None) -> summary
+    train_seeds(name, family, model_folder, out_dir, plot_path, params, source_scorer=None, run=None, compute=None) -> summary
 
 PPO in a distilled env is seed-sensitive: on the road course the same recipe gave lap times from
 125 s to 143 s across three seeds (reports/history.md). A run uses one core (torch_threads=1),
 so on a machine with K cores K seeds cost about the wall clock of one (on 2 cores each ran ~10 %
 slower than alone). Each seed k in (seed, seed + 1, ..., seed + seeds - 1) trains for the full
-budget as a job of the executor (s3.compute: `seed_workers` at once, each in its own process; a
-worker that dies is re-run by `compute.retry` and resumes from its resume file), validating on the *same* held-out procedural
+budget as a job of the executor (s3.compute: locally `seed_workers` at once, each in its own process;
+with `compute.backend: ray` as Ray tasks of `compute.resources.train`, the dynamics model and the
+candidate's resume file shipped with it and its files shipped back; a worker that dies is re-run by
+`compute.retry` and resumes from the resume file it was given), validating on the *same* held-out procedural
 tracks (those of `seed`), so their scores compare; the best score wins (ties: the lowest seed).
 With `seed_selection: source` the stage passes a scorer (s3.rl.source_selection) and the score
 that decides is each candidate's lap share in the source simulator on those tracks (ties: the
@@ -30,7 +32,8 @@ copied out of a finished policy, whose policy.json records none).
 MLflow. Given the policy's run (s3.platform.tracking.Run; None logs nothing), each candidate
 trained here logs into its own run nested under it (`<name>-seed<k>`, tags s3.kind=seed,
 s3.policy=<name>, s3.model=<family>, s3.seed=<k>), created here before the workers start and
-ended here (FAILED unless its training returned). The winner's learning curve comes back from its
+ended here (FAILED unless its training returned); on Ray the job records its calls instead
+(s3.platform.tracking.Recorder) and this process makes them once its files are written. The winner's learning curve comes back from its
 worker as a value and goes into the policy's run (`train/<rsl_rl tag>`, step = iteration), with
 `train/selected_seed`; a reused winner's curve stays in the run it was trained in. The summary's
 mlflow_run_id is the winner's seed run.
@@ -46,10 +49,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from s3.compute.executor import Job, LocalExecutor
-from s3.compute.retry import RetryPolicy
+from s3.compute.executor import Job, executor_for
+from s3.compute.files import Files, pack, unpack, unpacked
+from s3.compute.params import ComputeParams
 from s3.io import atomic_path, write_json_atomic
-from s3.platform.tracking import Run
+from s3.platform.tracking import Recorder, Run
 from s3.rl import TRAIN_WORKER_PRELOAD
 from s3.rl.export import EXPORT, META, WEIGHTS, without_run_only
 from s3.rl.params import SELECTION_ONLY, TrainParams
@@ -95,17 +99,38 @@ def _summary_path(folder: Path) -> Path:
 
 
 def _train_candidate(
-    family: str, model_folder: str, folder: str, plot_path: str, params: TrainParams, validation_seed: int, run: Run | None
-) -> tuple[dict[str, Any], list]:
+    family: str, model_folder: str, folder: str, plot_path: str, params: TrainParams, validation_seed: int, run: Run | Recorder | None,
+    model_label: str | None = None,
+) -> tuple[dict[str, Any], list]:  # fmt: skip
     """One seed, in a worker process, logging into `run`: (summary, learning curve)."""
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.env import resolve_device
     from s3.rl.train import train_policy_curve
 
     model = load_checkpoint(Path(model_folder), family, resolve_device(params.device))
-    summary, curve = train_policy_curve(model, folder, plot_path, params, family, run, model_folder, validation_seed)
+    summary, curve = train_policy_curve(model, folder, plot_path, params, family, run, model_folder, validation_seed, model_label)  # type: ignore[arg-type]
     write_json_atomic(_summary_path(Path(folder)), summary)  # a re-run that reuses this candidate reads it
     return summary, curve
+
+
+def _train_shipped(
+    family: str, model_label: str, model_files: Files, seed_name: str, candidate_files: Files, params: TrainParams, validation_seed: int,
+    run_id: str | None,
+) -> tuple[dict[str, Any], list, Files, Recorder | None]:  # fmt: skip
+    """`_train_candidate` on a worker that shares no files with the stage (a Ray node): the model and
+    the candidate's files so far (a resume file) come as bytes; (summary, curve, the candidate's
+    files relative to its .seeds/<name>/ folder, its MLflow calls) go back."""
+    with unpacked(model_files) as model_dir, unpacked(candidate_files) as root:
+        recorder = Recorder(run_id, root) if run_id is not None else None
+        folder = root / seed_name
+        summary, curve = _train_candidate(family, str(model_dir), str(folder), str(folder / CURVE), params, validation_seed, recorder, model_label)
+        return summary, curve, pack(root), recorder
+
+
+def _candidate_files(root: Path, seed: int) -> Files:
+    """What a candidate has so far, relative to `root`: its folder and its resume file."""
+    files = {f"seed{seed}/{k}": v for k, v in pack(root / f"seed{seed}").items()}
+    return {**files, **pack(root, [f".resume/seed{seed}.pt"])}
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -122,10 +147,10 @@ def train_seeds(
     params: TrainParams,
     source_scorer: Scorer | None = None,
     run: Run | None = None,
-    retry: RetryPolicy | None = None,
+    compute: ComputeParams | None = None,
 ) -> dict[str, Any]:
     """Train params.seeds seeds of policy `name` in `family`'s env; keep the best, by `source_scorer`
-    if given; log into `run` (the policy's) and runs nested under it (module docstring)."""
+    if given; log into `run` (the policy's) and runs nested under it; seeds run as `compute` says (module docstring)."""
     t0 = time.perf_counter()
     model_folder, out_dir = Path(model_folder), Path(out_dir)
     root = out_dir / CANDIDATES / name
@@ -143,18 +168,31 @@ def train_seeds(
         tags = {"s3.kind": "seed", "s3.policy": name, "s3.model": family}
         seed_runs = {p.seed: run.child(f"{name}-seed{p.seed}", {**tags, "s3.seed": str(p.seed)}) if run else None for p in todo}
         status = dict.fromkeys(seed_runs, "FAILED")
-        # seed jobs fork from a server that imported torch, the trainer and MLflow once (s3.compute, s3.workers)
-        executor = LocalExecutor(seed_workers(params), TRAIN_WORKER_PRELOAD, retry, label=f"train {name}")
-        jobs = [
-            Job(f"{name} seed {p.seed}", _train_candidate, (family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p,
-                                                            params.seed, seed_runs[p.seed]))
-            for p in todo
-        ]  # fmt: skip
+        # locally, seed jobs fork from a server that imported torch, the trainer and MLflow once (s3.compute, s3.workers)
+        executor = executor_for(compute, "train", seed_workers(params), TRAIN_WORKER_PRELOAD, f"train {name}", progress=True)
+        if executor.shared_fs:
+            jobs = [
+                Job(f"{name} seed {p.seed}", _train_candidate, (family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p,
+                                                                params.seed, seed_runs[p.seed]))
+                for p in todo
+            ]  # fmt: skip
+        else:  # the model and each candidate's files travel with its job; only this process writes them and logs to MLflow
+            model_files = pack(model_folder)
+            jobs = [
+                Job(f"{name} seed {p.seed}", _train_shipped, (family, str(model_folder), model_files, f"seed{p.seed}", _candidate_files(root, p.seed), p,
+                                                              params.seed, getattr(seed_runs[p.seed], "run_id", None)))
+                for p in todo
+            ]  # fmt: skip
         try:
             for p, o in zip(todo, executor.run(jobs)):
                 if not o.ok:  # a worker that kept dying: its resume file stays for the next run
                     raise RuntimeError(f"train {name}: seed {p.seed}: {o.error}")
-                results[p.seed], curves[p.seed] = o.value
+                results[p.seed], curves[p.seed] = o.value[:2]
+                if not executor.shared_fs:
+                    _, _, files, recorder = o.value
+                    unpack(files, root)
+                    if recorder is not None:
+                        recorder.replay(seed_runs[p.seed], root)
                 status[p.seed] = "FINISHED"
         finally:
             for seed, seed_run in seed_runs.items():

@@ -76,7 +76,7 @@ def _train(name: str, root: Any, models_dir: str | Path, out_dir: str | Path, pl
             from s3.rl.source_selection import source_scores
 
             scorer = functools.partial(source_scores, root=root, tp=tp)
-        summary = train_seeds(name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp, scorer, run, root.compute.retry)
+        summary = train_seeds(name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp, scorer, run, root.compute)
         if not_in_source is not None:
             summary["seed_selection"] = {**summary["seed_selection"], "source_choice_not_run": not_in_source}
     else:

@@ -101,9 +101,11 @@ def train_policy_curve(
     run: Run | None = None,
     model_folder: str | Path | None = None,
     validation_seed: int | None = None,
+    model_label: str | None = None,
 ) -> tuple[dict[str, Any], Curve]:
     """`train_policy`, returning (summary, learning curve): the curve is rsl_rl's scalars of every
-    PPO iteration (s3.rl.ppo.Curve), for a caller that logs it elsewhere (s3.rl.seeds)."""
+    PPO iteration (s3.rl.ppo.Curve), for a caller that logs it elsewhere (s3.rl.seeds).
+    `model_label`: the model folder policy.json names, when `model_folder` is a copy of it."""
     family = family or model.family
     validation_seed = params.seed if validation_seed is None else int(validation_seed)
     folder = Path(folder)
@@ -122,7 +124,7 @@ def train_policy_curve(
 
     val_tracks = validation_tracks(params.tracks, validation_seed)
     try:
-        return _train(model, env, pool, val_tracks, validation_seed, folder, plot_path, params, family, run, model_folder, device, t_start, say)
+        return _train(model, env, pool, val_tracks, validation_seed, folder, plot_path, params, family, run, model_folder, device, t_start, say, model_label)
     finally:
         if run is not None:
             run.flush()  # a worker process may end right after: its writes must be done
@@ -143,6 +145,7 @@ def _train(
     device: torch.device,
     t_start: float,
     say: Callable[[str], None],
+    model_label: str | None = None,
 ) -> tuple[dict[str, Any], Curve]:
     """The body of train_policy_curve."""
     if run is not None:
@@ -230,7 +233,7 @@ def _train(
         "family": family,
         "dt": env.dt,
         "dynamics_model": {
-            "folder": str(model_folder) if model_folder else None,
+            "folder": model_label or (str(model_folder) if model_folder else None),
             "sha256": file_sha256(model_folder / "model.safetensors") if model_folder else None,
             "use_mu": model.use_mu,
             "history": model.history,

@@ -1,0 +1,189 @@
+"""The `ray` backend of the executor seam (s3.compute.ray_executor): the contract of the local pool
+(order, retries, instances, what stops a stage), a killed worker costing only its job, a local
+instance on the loopback interface with token authentication, and the same outputs as `local` for
+a tiny collect, train and evaluate. One local Ray instance serves the module."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from test_executor import _attempt, flaky, interval, says_no, slow_square
+from test_train import TINY
+
+from s3.compute.executor import INSTANCE_ENV, Job, LocalExecutor, executor_for
+from s3.compute.params import ComputeParams
+from s3.compute.ray_executor import RayExecutor, RayUnavailable, connect
+from s3.compute.retry import RetryPolicy
+from s3.config import load_params
+from s3.sim.base import SimulatorRejected
+
+torch.set_num_threads(1)
+
+TESTS = str(Path(__file__).parent)
+INSTANCES = ("127.0.0.1:64256", "127.0.0.1:64257")  # two simulator instances' resources, declared by the local instance
+RAY = ComputeParams(backend="ray", local_cpus=2, retry=RetryPolicy(retries=2, retry_backoff_s=0.01))
+
+
+@pytest.fixture(scope="module")
+def ray_up():
+    """One local Ray instance for the module; its workers import this folder's modules (test_executor's jobs)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
+    ray = connect(RAY, INSTANCES)
+    yield ray
+    ray.shutdown()
+    mp.undo()
+
+
+def pid_then_sleep(folder: str, name: str, seconds: float) -> str:
+    """Write this attempt's pid where the test can see it, then work for `seconds`."""
+    k = _attempt(folder, name)
+    Path(folder, f"pid-{name}-{k}").write_text(str(os.getpid()))
+    time.sleep(seconds)
+    return name
+
+
+def env_of(*keys: str) -> dict[str, str | None]:
+    return {k: os.environ.get(k) for k in keys}
+
+
+def test_results_come_back_in_job_order_with_the_clusters_share(ray_up) -> None:
+    ex = executor_for(RAY, "collect", label="test")
+    assert isinstance(ex, RayExecutor) and not ex.shared_fs
+    out = ex.run([Job(f"j{i}", slow_square, (i,)) for i in range(4)])
+    assert [o.value for o in out] == [0, 1, 4, 9] and all(o.ok and o.retries == 0 for o in out)
+    assert ex.stats["jobs"] == 4 and ex.stats["nodes"] == 1 and ex.stats["cluster_cpus"] == 2.0
+    assert 0.0 < ex.stats["utilisation"] <= 1.0
+
+
+def test_a_killed_worker_costs_only_its_own_job(ray_up, tmp_path: Path) -> None:
+    ex = RayExecutor(RAY, "collect", label="test")
+    jobs = [Job(name, pid_then_sleep, (str(tmp_path), name, 2.0)) for name in ("a", "b", "c")]
+    pid = tmp_path / "pid-b-1"
+
+    def kill_b() -> None:
+        deadline = time.monotonic() + 60
+        while not pid.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(int(pid.read_text()), signal.SIGKILL)  # mid-job: b sleeps 2 s after writing its pid
+
+    killer = threading.Thread(target=kill_b)
+    killer.start()
+    out = ex.run(jobs)
+    killer.join()
+    assert [o.value for o in out] == ["a", "b", "c"]
+    assert [o.retries for o in out] == [0, 1, 0] and out[1].causes == ["worker process died"]
+    assert sorted(f.name for f in tmp_path.iterdir() if "pid" not in f.name) == ["a.1", "b.1", "b.2", "c.1"]  # b ran twice, a and c once
+    assert ex.stats["attempts"] == 4
+
+
+def test_retries_follow_the_one_policy_and_a_rejection_stops_the_stage(ray_up, tmp_path: Path) -> None:
+    ex = RayExecutor(RAY, "evaluate", label="test")
+    out = ex.run([Job("f", flaky, (str(tmp_path), "f", 2)), Job("g", flaky, (str(tmp_path), "g", 3))])
+    assert out[0].ok and out[0].retries == 2 and out[0].causes == ["simulator lost"] * 2
+    assert not out[1].ok and out[1].retries == 2 and "g dropped" in out[1].error  # retries spent: lost, not fatal
+    with pytest.raises(SimulatorRejected, match="no such vehicle"):
+        ex.run([Job("no", says_no, (str(tmp_path),))])
+    assert (tmp_path / "no.1").exists() and not (tmp_path / "no.2").exists()  # never retried
+
+
+def test_jobs_see_this_process_s3_environment_only(ray_up, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("S3_PROBE", "here")
+    monkeypatch.setenv("NOT_S3_PROBE", "not passed")
+    (o,) = RayExecutor(RAY, "collect").run([Job("env", env_of, ("S3_PROBE", "NOT_S3_PROBE"))])
+    assert o.value == {"S3_PROBE": "here", "NOT_S3_PROBE": None}
+
+
+def test_instances_are_custom_resources_one_job_each(ray_up, tmp_path: Path) -> None:
+    ex = RayExecutor(RAY, "collect", instances=INSTANCES)
+    out = ex.run([Job(f"j{i}", interval, (str(tmp_path), f"j{i}")) for i in range(4)] + [Job("env", env_of, (INSTANCE_ENV,))])
+    assert out[-1].value[INSTANCE_ENV] in INSTANCES
+    spans = sorted(o.value for o in out[:-1])
+    overlaps = sum(1 for i in range(len(spans)) for j in range(i + 1, len(spans)) if spans[j][0] < spans[i][1])
+    assert overlaps <= 2  # two instances: at most two jobs at once
+    with pytest.raises(RayUnavailable, match="s3_sim_127_0_0_1_9"):
+        RayExecutor(RAY, "collect", instances=("127.0.0.1:9",))
+
+
+def test_the_local_instance_listens_on_loopback_with_token_authentication(ray_up) -> None:
+    listening = [
+        c.laddr.ip
+        for p in psutil.Process().children(recursive=True)
+        for c in _connections(p)
+        if c.status == psutil.CONN_LISTEN
+    ]  # fmt: skip
+    assert len(listening) >= 3  # gcs, raylet, object manager at least: the check has something to check
+    assert set(listening) <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}, listening
+    assert os.environ["RAY_AUTH_MODE"] == "token"
+
+
+def _connections(p: psutil.Process) -> list:
+    try:
+        return p.net_connections(kind="inet")
+    except psutil.Error:
+        return []
+
+
+def test_params_name_a_bad_backend_or_address() -> None:
+    with pytest.raises(ValueError, match="backend"):
+        load_params(None, ["compute.backend=slurm"])
+    with pytest.raises(ValueError, match="address"):
+        load_params(None, ["compute.backend=ray", "compute.address=headnode"])
+    with pytest.raises(ValueError, match="num_gpus"):
+        load_params(None, ["compute.resources.train.num_gpus=-1"])
+
+
+# ---------------------------------------------------------------------- the same outputs as the local pool
+def test_collect_train_evaluate_give_the_local_outputs(ray_up, tmp_path: Path) -> None:
+    from s3.data.collect import collect
+    from s3.data.rollouts import read_manifest
+    from s3.dynamics.checkpoint import save_checkpoint
+    from s3.evaluate.evaluate import evaluate_driver
+    from s3.evaluate.params import EvaluateParams
+    from s3.evaluate.policy_driver import PolicyFactory
+    from s3.rl.export import EXPORT, WEIGHTS
+    from s3.rl.params import TrainParams
+    from s3.rl.seeds import train_seeds
+
+    from doubles.synthetic_car import fitted_bicycle
+
+    tiny = ["collect.episodes=3", "collect.episode_steps=40", "collect.episodes_per_shard=1", "collect.n_tracks=2", "collect.workers=1"]
+    ray_set = ["compute.backend=ray", "compute.local_cpus=2"]
+    out: dict[str, dict] = {}
+    save_checkpoint(fitted_bicycle(), tmp_path / "models" / "bicycle")
+    tp = TrainParams.model_validate({**TINY, "max_env_steps": 64 * 8 * 3, "chunk_iterations": 3, "seeds": 2, "seed_workers": 1, "torch_threads": 1,
+                                     "env": {"num_envs": 64, "episode_seconds": 10.0}, "ppo": {**TINY["ppo"], "num_steps_per_env": 8}})  # fmt: skip
+    ep = EvaluateParams(tracks=["short"], conditions=["nominal"], start_fractions=[0.0], max_lap_seconds=15.0, workers=1, gif=False)
+    for backend, extra in (("local", []), ("ray", ray_set)):
+        ws = tmp_path / backend
+        params = load_params(None, [*tiny, f"collect.out_dir={ws}/rollouts", f"collect.plot_dir={ws}/plots", *extra])
+        collect(params, quiet=True)
+        shards = {s["file"]: s["sha256"] for s in read_manifest(ws / "rollouts")["shards"]}
+        train_seeds("bicycle", "bicycle", tmp_path / "models" / "bicycle", ws / "policies", ws / "plots" / "bicycle.png", tp, compute=params.compute)
+        seeds = ws / "policies" / "bicycle" / "seeds"
+        weights = {s.name: (s / WEIGHTS).read_bytes() for s in sorted(seeds.iterdir())}
+        meta = json.loads((ws / "policies" / "bicycle" / "policy.json").read_text())
+        drivers = [(k, PolicyFactory(seeds / f"seed{k}")) for k in (1, 2)]
+        ev = evaluate_driver("bicycle", drivers, params, ws / "metrics" / "bicycle.json", None, ep)
+        runs = [{k: v for k, v in r.items() if k != "wall_s"} for r in ev["runs"]]
+        out[backend] = {"shards": shards, "weights": weights, "export": (ws / "policies" / "bicycle" / EXPORT).read_bytes(), "meta": meta, "runs": runs}
+    local, ray = out["local"], out["ray"]
+    assert len(local["shards"]) == 3 and ray["shards"] == local["shards"]  # the same bytes
+    assert sorted(local["weights"]) == ["seed1", "seed2"] and ray["weights"] == local["weights"]
+    assert ray["export"] == local["export"] and ray["meta"] == local["meta"]
+    assert ray["meta"]["dynamics_model"]["folder"] == str(tmp_path / "models" / "bicycle")  # not the job's temporary copy
+    assert len(local["runs"]) == 2 and ray["runs"] == local["runs"]
+    assert not (tmp_path / "ray" / "policies" / ".seeds").exists()  # every candidate moved into place
+
+
+def test_the_local_backend_needs_no_ray() -> None:
+    assert isinstance(executor_for(None, "train", workers=2), LocalExecutor)
+    assert isinstance(executor_for(ComputeParams(), "collect"), LocalExecutor) and executor_for(ComputeParams(), "collect").shared_fs

@@ -187,3 +187,25 @@ def test_collect_train_evaluate_give_the_local_outputs(ray_up, tmp_path: Path) -
 def test_the_local_backend_needs_no_ray() -> None:
     assert isinstance(executor_for(None, "train", workers=2), LocalExecutor)
     assert isinstance(executor_for(ComputeParams(), "collect"), LocalExecutor) and executor_for(ComputeParams(), "collect").shared_fs
+
+
+def test_a_gpu_for_training_that_would_sit_idle_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"compute.resources.train.num_gpus.*train.device"):
+        load_params(None, ["compute.backend=ray", "compute.resources.train.num_gpus=1", "train.device=cpu"])
+    assert load_params(None, ["compute.backend=ray", "compute.resources.train.num_gpus=1", "train.device=auto"]).compute.resources.train.num_gpus == 1
+
+
+def test_the_source_env_on_ray_actors_steps_as_the_local_workers(ray_up) -> None:
+    from s3.config import Params
+    from s3.rl.source_env import SourceVecEnv
+    from s3.tracks.generate import procedural_track
+
+    tracks = [procedural_track(1001), procedural_track(1002)]
+    traces = []
+    for compute in (None, RAY):
+        with SourceVecEnv(tracks, Params().sim, num_envs=4, workers=2, seed=3, compute=compute) as env:
+            obs = [env.reset()["policy"]]
+            for _ in range(5):
+                obs.append(env.step(torch.tensor([[0.1, 0.5]] * 4))[0]["policy"])
+        traces.append(torch.stack(obs))
+    assert traces[0].abs().sum() > 0 and torch.equal(traces[0], traces[1])

@@ -129,6 +129,8 @@ class Params(BaseModel):
         for name in self.train.per_policy:
             if name not in self.policies():
                 raise ValueError(f"train.per_policy.{name}: not one of the policies ({', '.join(self.policies())})")
+        if self.compute.backend == "ray" and self.compute.resources.train.num_gpus > 0 and self.train.device == "cpu":
+            raise ValueError("compute.resources.train.num_gpus: training jobs hold a GPU but train.device is 'cpu' (set it to 'cuda' or 'auto')")
         return self
 
     def models(self) -> dict[str, str]:

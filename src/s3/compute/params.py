@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from s3.compute.retry import RetryPolicy
 
-JobKind = Literal["collect", "train", "evaluate"]
+JobKind = Literal["collect", "train", "evaluate", "source_env"]
 
 
 class JobResources(BaseModel):
@@ -25,9 +25,10 @@ class Resources(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    collect: JobResources = JobResources()
-    train: JobResources = JobResources()
-    evaluate: JobResources = JobResources()
+    collect: JobResources = JobResources()  # a collection shard
+    train: JobResources = JobResources()  # a PPO seed in a distilled env
+    evaluate: JobResources = JobResources()  # an evaluation run
+    source_env: JobResources = JobResources()  # one simulator actor of the source env (direct PPO, the source seed choice)
 
 
 class ComputeParams(BaseModel):

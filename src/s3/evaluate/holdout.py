@@ -77,7 +77,9 @@ def holdout(
     pid_lap = np.array([r.lap_time if r.completed else np.nan for r in pid_runs])
     rows = {"pid": _row(pid_lap, np.array([min(r.progress / r.lap_length, 1.0) for r in pid_runs]), [r.reason for r in pid_runs])}
     for name, (policy, env_params) in policies.items():
-        with SourceVecEnv(tracks, params.sim, env_params, num_envs=len(ti), workers=workers, auto_reset=False, aids=aids) as env:
+        with SourceVecEnv(
+            tracks, params.sim, env_params, num_envs=len(ti), workers=workers, auto_reset=False, aids=aids, compute=getattr(params, "compute", None)
+        ) as env:
             obs = env.reset_to(torch.as_tensor(ti), torch.as_tensor(s, dtype=torch.float32), speed=START_SPEED)["policy"]
             b = source_episodes(env, policy, obs, torch.as_tensor(np.ceil(limit / env.dt)).long())
         lap = np.where(b.completed, b.lap_time, np.nan)

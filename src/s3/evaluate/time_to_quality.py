@@ -123,7 +123,9 @@ def drive_checkpoints(folder: Path, entries: Sequence[dict[str, Any]], tracks: S
             return torch.stack([p(obs[j::k].contiguous()) for j, p in enumerate(policies)], dim=1).reshape(m * k, -1)
 
         # interleaved, so that each worker holds an equal share of every checkpoint's runs
-        with SourceVecEnv(tracks, params.sim, env_params, num_envs=m * k, workers=workers, seed=0, auto_reset=False) as env:
+        with SourceVecEnv(
+            tracks, params.sim, env_params, num_envs=m * k, workers=workers, seed=0, auto_reset=False, compute=getattr(params, "compute", None)
+        ) as env:
             obs = env.reset_to(torch.as_tensor(np.repeat(ti, k)), torch.as_tensor(np.repeat(s, k), dtype=torch.float32), speed=START_SPEED)["policy"]
             limit = torch.ceil(env.track_length() / params.train.validation_min_speed / env.dt).long()
             runs = source_episodes(env, policy, obs, limit)

@@ -209,14 +209,27 @@ def _train_direct(
                         "driver_aids": aids.model_dump(mode="json")})  # fmt: skip
     workers = resolve_workers(d.workers, d.num_envs)
     with contextlib.ExitStack() as stack:
-        env = stack.enter_context(SourceVecEnv(pool.tracks, params.sim, tp.env, d.num_envs, workers, tp.seed, timeout_s=d.worker_timeout_s, aids=aids))
+        env = stack.enter_context(
+            SourceVecEnv(pool.tracks, params.sim, tp.env, d.num_envs, workers, tp.seed, timeout_s=d.worker_timeout_s, aids=aids, compute=params.compute)
+        )
         val = None
         if d.validation:
             val_tracks = pool.validation_tracks()
             n_val = len(val_tracks) * tp.tracks.validation_starts
             val = (
                 stack.enter_context(
-                    SourceVecEnv(val_tracks, params.sim, tp.env, n_val, min(workers, n_val), tp.seed, auto_reset=False, timeout_s=d.worker_timeout_s, aids=aids)
+                    SourceVecEnv(
+                        val_tracks,
+                        params.sim,
+                        tp.env,
+                        n_val,
+                        min(workers, n_val),
+                        tp.seed,
+                        auto_reset=False,
+                        timeout_s=d.worker_timeout_s,
+                        aids=aids,
+                        compute=params.compute,
+                    )
                 ),
                 val_tracks,
             )

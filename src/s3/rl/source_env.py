@@ -19,7 +19,8 @@ small. Workers start from a forkserver that has imported this module once (spawn
 no forkserver): no fork of a process that runs torch threads, and no per-worker torch import. The
 main process samples starts, batches commands and states as tensors and computes everything
 else. A worker that dies or reports an error raises `SourceWorkerError` naming it; `close()` (or
-the context manager) stops them all.
+the context manager) stops them all. With `compute` naming the `ray` backend the workers are Ray
+actors instead (`compute.resources.source_env` each), placed wherever the cluster has room.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from s3.workers import exit_with_parent, forkserver_context
 from s3.workers import prestart as start_forkserver
 
 if TYPE_CHECKING:
+    from s3.compute.params import ComputeParams
     from s3.config import SimParams
     from s3.sim.aids import DriverAidsParams
 
@@ -227,6 +229,51 @@ class _Workers:
         self.procs, self.conns = [], []
 
 
+class _RayWorkers(_Workers):
+    """The same W simulator workers as Ray actors (`compute.backend: ray`, each holding
+    `compute.resources.source_env`): a `_SimWorker` per actor, the same requests, the same errors."""
+
+    def __init__(
+        self, sim: SimParams, tracks: Sequence[Track], counts: Sequence[int], timeout_s: float, aids: DriverAidsParams | None, compute: ComputeParams
+    ) -> None:
+        from s3.compute.ray_executor import connect
+
+        self.ray = connect(compute)
+        self.timeout_s = float(timeout_s)
+        self.bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        r = compute.resources.source_env
+        actor = self.ray.remote(num_cpus=r.num_cpus, num_gpus=r.num_gpus, max_restarts=0)(_SimWorker)
+        self.actors = [actor.remote(sim, list(tracks), int(n), aids) for n in counts]
+        try:
+            self.call({w: ("set_tracks", ({},)) for w in range(len(counts))})  # every actor built
+        except BaseException:
+            self.close()
+            raise
+
+    def __len__(self) -> int:
+        return len(self.actors)
+
+    def call(self, requests: dict[int, tuple[str, tuple[Any, ...]]]) -> dict[int, Any]:
+        ex = self.ray.exceptions
+        refs = {w: getattr(self.actors[w], method).remote(*args) for w, (method, args) in requests.items()}
+        out = {}
+        for w, ref in refs.items():
+            try:
+                out[w] = self.ray.get(ref, timeout=self.timeout_s)
+            except ex.GetTimeoutError:
+                raise SourceWorkerError(f"source-sim actor {w} sent nothing for {self.timeout_s:.0f} s") from None
+            except ex.RayActorError as e:
+                raise SourceWorkerError(f"source-sim actor {w} died ({type(e).__name__})") from None
+            except ex.RayTaskError as e:
+                raise SourceWorkerError(f"source-sim actor {w} failed:\n{e}") from None
+        return out
+
+    def close(self) -> None:
+        for a in getattr(self, "actors", []):
+            self.ray.kill(a)
+        self.actors = []
+
+
 class SourceVecEnv(TaskVecEnv):
     """rsl_rl VecEnv over N source-simulator cars in worker processes (see the module docstring)."""
 
@@ -241,6 +288,7 @@ class SourceVecEnv(TaskVecEnv):
         auto_reset: bool = True,
         timeout_s: float = 300.0,
         aids: DriverAidsParams | None = None,
+        compute: ComputeParams | None = None,
     ) -> None:
         if sim.backend != "mujoco":
             raise ValueError(f"SourceVecEnv steps many cars in parallel: it needs sim.backend 'mujoco', not {sim.backend!r} (one BeamNG instance is one world)")
@@ -270,7 +318,8 @@ class SourceVecEnv(TaskVecEnv):
         self._stats = _Stats()
         w = resolve_workers(workers, n)
         counts = [len(c) for c in np.array_split(np.arange(n), w)]
-        self.workers = _Workers(sim, tracks, counts, timeout_s, aids)
+        ray = compute is not None and compute.backend == "ray"
+        self.workers = _RayWorkers(sim, tracks, counts, timeout_s, aids, compute) if ray else _Workers(sim, tracks, counts, timeout_s, aids)  # type: ignore[arg-type]
         try:
             self.reset()
         except BaseException:

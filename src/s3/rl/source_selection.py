@@ -50,7 +50,7 @@ def source_scores(folders: Sequence[Path], root: Any, tp: TrainParams) -> list[d
 
     # every candidate at once, interleaved so that each worker holds an equal share of each: the
     # stragglers of one candidate's runs overlap the other's instead of following them
-    with SourceVecEnv(tracks, root.sim, env_params, num_envs=m * k, seed=tp.seed, auto_reset=False) as env:
+    with SourceVecEnv(tracks, root.sim, env_params, num_envs=m * k, seed=tp.seed, auto_reset=False, compute=root.compute) as env:
         obs = env.reset_to(torch.as_tensor(np.repeat(ti, k)), torch.as_tensor(np.repeat(s, k), dtype=torch.float32))["policy"]
         batch = source_episodes(env, policy, obs, torch.ceil(env.track_length() / tp.validation_min_speed / env.dt).long())
     out = []

@@ -19,7 +19,7 @@ from test_executor import _attempt, flaky, interval, on_instance, says_no, slow_
 from test_train import TINY
 
 from s3.compute.executor import INSTANCE_ENV, Job, LocalExecutor, executor_for
-from s3.compute.params import ComputeParams
+from s3.compute.params import ComputeParams, JobResources
 from s3.compute.ray_executor import RayExecutor, RayUnavailable, connect
 from s3.compute.retry import RetryPolicy
 from s3.config import load_params
@@ -248,3 +248,9 @@ def test_beamng_evaluation_over_two_instances_on_ray_scores_like_one_locally(ray
         return [{k: v for k, v in r.items() if k != "wall_s"} for r in out["runs"]]
 
     assert len(ref["runs"]) == 4 and scored(both) == scored(ref) and both["lost"] == []
+
+
+def test_a_job_no_node_can_hold_is_refused_at_once(ray_up) -> None:
+    gpu = RAY.model_copy(update={"resources": RAY.resources.model_copy(update={"train": JobResources(num_gpus=1)})})
+    with pytest.raises(RayUnavailable, match=r"compute.resources.train.num_gpus: a job asks 1, the Ray cluster has 0"):
+        RayExecutor(gpu, "train")

@@ -12,7 +12,8 @@ instance gets a fresh random token held in this process's environment only (unle
 configured); a cluster's nodes and this process must share one (docs/cluster.md).
 
 Jobs. Each job is one task asking `compute.resources.<kind>` (`num_cpus`, `num_gpus`), so Ray
-places it where that fits: a GPU node takes the training, CPU nodes the simulation. A job needing
+places it where that fits: a GPU node takes the training, CPU nodes the simulation (a request the
+whole cluster cannot hold is refused at once, naming the key, rather than waiting). A job needing
 a simulator instance (`instances`, e.g. BeamNG.tech addresses) also asks for that instance's
 custom resource (`instance_resource`, 1 per instance), so it lands on a node that declared it;
 the instance routing (one job per instance, down instances avoided, INSTANCE_ENV / LEASE_ENV) is
@@ -152,6 +153,11 @@ class RayExecutor(Executor):
         super().__init__(compute.retry, label, instances)
         self.ray = connect(compute, self.instances)
         self.resources = getattr(compute.resources, kind)
+        have = self.ray.cluster_resources()
+        for key, want in (("num_cpus", self.resources.num_cpus), ("num_gpus", self.resources.num_gpus)):
+            total = float(have.get("CPU" if key == "num_cpus" else "GPU", 0.0))
+            if want > total:  # a task no node can hold would wait for ever
+                raise RayUnavailable(f"compute.resources.{kind}.{key}: a job asks {want:g}, the Ray cluster has {total:g} in all")
         self.progress = progress
         self.remote = self.ray.remote(max_retries=0)(_in_ray_worker)
         self.stats: dict[str, Any] = {}

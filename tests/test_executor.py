@@ -143,3 +143,53 @@ def test_backoff_doubles_up_to_its_cap() -> None:
     p = RetryPolicy(retries=5, retry_backoff_s=1.5, max_backoff_s=10.0)
     assert [p.wait_s(k) for k in range(1, 6)] == [1.5, 3.0, 6.0, 10.0, 10.0]
     assert RetryPolicy(retry_backoff_s=0.0).wait_s(3) == 0.0
+
+
+def test_a_worker_remakes_its_simulator_when_another_job_or_executor_drove_the_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lease is '<executor token>:<count>': the same executor's next count keeps the cached
+    simulator; a skipped count (another worker) or another executor's token (a Ray worker that
+    outlived a stage) remakes it, even when the count happens to follow on."""
+    import s3.sim.factory as factory
+    from s3.compute.executor import LEASE_ENV
+    from s3.config import SimParams
+
+    made: list[object] = []
+
+    class Sim:
+        def close(self) -> None:
+            pass
+
+    def make(params: object, aids: object = None) -> Sim:
+        made.append(Sim())
+        return made[-1]  # type: ignore[return-value]
+
+    monkeypatch.setattr(factory, "make_sim", make)
+    monkeypatch.setenv(INSTANCE_ENV, "127.0.0.1:64256")
+    factory.drop_worker_sim()
+    try:
+        seen = []
+        for lease in ("a:0", "a:1", "a:3", "b:4", "b:5", "c:0"):
+            monkeypatch.setenv(LEASE_ENV, lease)
+            seen.append(len(made) if factory.worker_sim(SimParams()) is made[-1] else None)
+        assert seen == [1, 1, 2, 3, 3, 4]
+        assert LocalExecutor(2, instances=("x",)).token != LocalExecutor(2, instances=("x",)).token
+    finally:
+        factory.drop_worker_sim()
+
+
+def test_shipped_files_round_trip_and_stay_inside_their_folder(tmp_path: Path) -> None:
+    from s3.compute.files import pack, unpack, unpacked
+
+    (tmp_path / "a" / "sub").mkdir(parents=True)
+    (tmp_path / "a" / "x.json").write_text("{}")
+    (tmp_path / "a" / "sub" / "y.bin").write_bytes(b"\x00\x01")
+    files = pack(tmp_path / "a")
+    assert files == {"sub/y.bin": b"\x00\x01", "x.json": b"{}"} and pack(tmp_path / "a", ["x.json", "gone"]) == {"x.json": b"{}"}
+    with unpacked(files) as tmp:
+        assert pack(tmp) == files
+    assert not tmp.exists()
+    assert [p.name for p in unpack(files, tmp_path / "b")] == ["y.bin", "x.json"] and pack(tmp_path / "b") == files
+    for bad in ("../evil", "/etc/evil", "sub/../../evil", ""):
+        with pytest.raises(ValueError, match="relative and inside"):
+            unpack({bad: b"x"}, tmp_path / "c")
+    assert not (tmp_path / "evil").exists() and pack(tmp_path / "c") == {}

@@ -5,7 +5,7 @@
     for o in outcomes:                      # in job order, whatever order they finished in
         o.value if o.ok else o.error        # o.retries, o.causes: what was retried and why
 
-Contract (any backend: this local pool, later Ray):
+Contract (any backend: this local pool, or Ray: s3.compute.ray_executor):
 - `fn` is an importable module-level function; args and result are picklable. A job must be a
   pure function of its args (the same args give the same result), so a retried or re-routed job
   changes nothing: results do not depend on the backend or the number of workers.
@@ -22,9 +22,10 @@ Contract (any backend: this local pool, later Ray):
   up while there are any, and a retried job to another instance than the one it failed on; an
   instance is up again once a job succeeds on it. So an instance that dies costs only the jobs it
   was running, which are re-run on the others; only when every instance is down does an
-  unreachable simulator stop the stage. Pool workers are not tied to instances: LEASE_ENV counts
-  the jobs each instance was handed, so that a worker can tell whether another worker drove its
-  instance since its own last job (its connection is then stale: BeamNG serves one client).
+  unreachable simulator stop the stage. Workers are not tied to instances: LEASE_ENV says
+  '<executor token>:<jobs this instance was handed before>', so that a worker can tell whether
+  another worker, or another executor (Ray workers outlive a stage), drove its instance since its
+  own last job (its connection is then stale: BeamNG serves one client).
 
 Local backend. `workers == 1` runs the jobs in this process, one after another (no process
 start-up; a job that kills its process kills the stage). Otherwise they run in a process pool
@@ -38,6 +39,7 @@ job that caused it.
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import time
 from collections import deque
@@ -52,7 +54,7 @@ from s3.compute.retry import RetryPolicy, WorkerDied, describe
 from s3.workers import exit_with_parent, forkserver_context, prestart
 
 INSTANCE_ENV = "S3_SIM_INSTANCE"  # a job's simulator instance (`instances`), read by s3.sim.factory
-LEASE_ENV = "S3_SIM_LEASE"  # how many jobs that instance was handed before this one (see s3.sim.factory.worker_sim)
+LEASE_ENV = "S3_SIM_LEASE"  # "<executor token>:<jobs that instance was handed before>" (see s3.sim.factory.worker_sim)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,13 @@ class Executor:
         self.policy, self.label = policy or RetryPolicy(), label
         self.down: set[str] = set()  # instances whose last job lost its simulator
         self.leases = dict.fromkeys(self.instances, 0)  # jobs handed to each instance so far
+        self.token = secrets.token_hex(6)  # this executor's, in every lease it hands out
+
+    def _lease(self, instance: str) -> str:
+        """The next job's lease on `instance` (LEASE_ENV): this executor's token and the count so far."""
+        lease = f"{self.token}:{self.leases[instance]}"
+        self.leases[instance] += 1
+        return lease
 
     def run(self, jobs: Sequence[Job], on_done: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
         raise NotImplementedError
@@ -210,8 +219,7 @@ class LocalExecutor(Executor):
                             instance = self._instance_for(set(held.values()), failed_on.get(i))
                             if instance is None:  # the instances that are up are all busy
                                 break
-                            env[INSTANCE_ENV], env[LEASE_ENV] = instance, str(self.leases[instance])
-                            self.leases[instance] += 1
+                            env[INSTANCE_ENV], env[LEASE_ENV] = instance, self._lease(instance)
                         queue.remove(i)
                         attempts[i] += 1
                         fut = pool.submit(_in_worker, env, jobs[i].fn, jobs[i].args)

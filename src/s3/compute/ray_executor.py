@@ -3,25 +3,28 @@
     ex = RayExecutor(params.compute, "collect", label="collect", instances=sims)
     outcomes = ex.run(jobs, on_done)        # the contract of s3.compute.executor, unchanged
 
-Connection (`connect`, once per process). `compute.address` '' starts a local instance for the
-stage (`compute.local_cpus` CPUs, every core by default) listening on 127.0.0.1 only, without the
-dashboard; it ends with the stage's process;
-'auto', 'host:6379' or 'ray://host:10001' joins a running cluster. Token authentication is on:
-RAY_AUTH_MODE=token is set when the environment does not say, and `disabled` is refused. A local
-instance gets a fresh random token held in this process's environment only (unless one is
-configured); a cluster's nodes and this process must share one (docs/cluster.md).
+Connection (`connect`, once per process). `compute.address` '' starts a local instance of the
+stage's own (`compute.local_cpus` CPUs, every core by default; never a cluster that RAY_ADDRESS or
+`ray start` left running) listening on 127.0.0.1 only, without the dashboard; it ends with the
+stage's process; 'auto', 'host:6379' or 'ray://host:10001' joins a running cluster. Token
+authentication is on: RAY_AUTH_MODE=token is set when the environment does not say, and
+`disabled` is refused. A local instance gets a fresh random token when none is configured (set in
+this process's environment, so only it and its children hold it); a cluster's nodes and this
+process must share one (docs/cluster.md).
 
 Jobs. Each job is one task asking `compute.resources.<kind>` (`num_cpus`, `num_gpus`), so Ray
-places it where that fits: a GPU node takes the training, CPU nodes the simulation (a request the
-whole cluster cannot hold is refused at once, naming the key, rather than waiting). A job needing
+places it where that fits: a GPU node takes the training, CPU nodes the simulation (a request no
+node of the cluster can hold is refused at once, naming the key, rather than waiting). A job needing
 a simulator instance (`instances`, e.g. BeamNG.tech addresses) also asks for that instance's
 custom resource (`instance_resource`, 1 per instance), so it lands on a node that declared it;
 the instance routing (one job per instance, down instances avoided, INSTANCE_ENV / LEASE_ENV) is
 the local pool's (s3.compute.executor.Executor). A task sees this process's `S3_*` environment
-variables, not its whole environment (the nodes have their own PATH and homes).
+variables (and no other `S3_*` the worker had), not its whole environment (the nodes have their
+own PATH and homes).
 
 Retries. Ray's own task retries are off (max_retries 0): a job that raised a retriable failure,
-or whose worker process or node died (WorkerCrashedError, NodeDiedError, ...: WorkerDied), is
+or whose worker process or node died (WorkerCrashedError, NodeDiedError, OutOfMemoryError (Ray's
+memory monitor killed it), ...: WorkerDied), is
 re-run here under the project's one policy (s3.compute.retry), counted in Outcome.retries, on
 whichever node has room. Ray knows which task a dead worker was running, so a death costs only
 that job. A failure that stops the stage cancels the jobs still running.
@@ -69,8 +72,11 @@ def connect(compute: ComputeParams, instances: Sequence[str] = ()) -> Any:
     mode = os.environ.setdefault("RAY_AUTH_MODE", "token")
     if mode == "disabled":
         raise RayUnavailable("RAY_AUTH_MODE=disabled: s3 does not run Ray without authentication (unset it, or set it to 'token')")
-    if compute.address == "" and "ray" not in sys.modules and not _has_token():
-        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # a local instance of this stage's own: a fresh secret, in this process only
+    loaded = sys.modules.get("ray")
+    if compute.address == "" and not _has_token() and not (loaded and loaded.is_initialized()):
+        if loaded is not None:  # Ray read its settings on import: a token set now would not be used
+            raise RayUnavailable("Ray was imported before s3 could give its local instance a token: set RAY_AUTH_TOKEN (or import ray after s3 connects)")
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # a local instance of this stage's own: a fresh secret (this process and its children)
     try:
         import ray
     except ImportError:
@@ -79,6 +85,7 @@ def connect(compute: ComputeParams, instances: Sequence[str] = ()) -> Any:
         if compute.address == "":
             with _loopback_only():
                 ray.init(
+                    address="local",  # a new instance, whatever RAY_ADDRESS or a running `ray start` says
                     num_cpus=compute.local_cpus or os.cpu_count() or 1,
                     resources={instance_resource(a): 1.0 for a in instances},
                     include_dashboard=False,
@@ -103,7 +110,7 @@ def _loopback_only() -> Iterator[None]:
     """While a local instance starts: keep 127.0.0.1 as its node address, so that its servers bind
     to the loopback interface only. Ray 2.60's ray.init swaps a loopback address for the machine's
     outward one (services.resolve_ip_for_localhost) and its servers then listen on every interface;
-    with the node address left at 127.0.0.1 they listen on 127.0.0.1 alone (tests/test_ray_executor.py)."""
+    with the node address left at 127.0.0.1 they listen on 127.0.0.1 alone (tests/test_ray.py)."""
     from ray._private import services
 
     resolve = getattr(services, "resolve_ip_for_localhost", None)
@@ -131,17 +138,30 @@ def _in_ray_worker(env: dict[str, str], fn: Callable[..., Any], args: tuple[Any,
     """Run a job in a Ray worker under `env`: (its result, the node id, its seconds)."""
     import ray
 
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    saved = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}  # `env` is S3_* only
+    _set_s3_env(env)
     t0 = time.perf_counter()
     try:
         return fn(*args), ray.get_runtime_context().get_node_id(), time.perf_counter() - t0
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _set_s3_env(saved)
+
+
+def _set_s3_env(env: dict[str, str]) -> None:
+    """This process's S3_* variables become exactly `env`."""
+    for k in [k for k in os.environ if k.startswith(ENV_PREFIX) and k not in env]:
+        del os.environ[k]
+    os.environ.update(env)
+
+
+def largest_node(ray: Any) -> dict[str, float]:
+    """The most of each resource one live node of the cluster has (a task runs on one node)."""
+    most: dict[str, float] = {}
+    for node in ray.nodes():
+        if node.get("Alive"):
+            for k, v in node.get("Resources", {}).items():
+                most[k] = max(most.get(k, 0.0), float(v))
+    return most
 
 
 class RayExecutor(Executor):
@@ -153,11 +173,11 @@ class RayExecutor(Executor):
         super().__init__(compute.retry, label, instances)
         self.ray = connect(compute, self.instances)
         self.resources = getattr(compute.resources, kind)
-        have = self.ray.cluster_resources()
+        most = largest_node(self.ray)
         for key, want in (("num_cpus", self.resources.num_cpus), ("num_gpus", self.resources.num_gpus)):
-            total = float(have.get("CPU" if key == "num_cpus" else "GPU", 0.0))
-            if want > total:  # a task no node can hold would wait for ever
-                raise RayUnavailable(f"compute.resources.{kind}.{key}: a job asks {want:g}, the Ray cluster has {total:g} in all")
+            node = most.get("CPU" if key == "num_cpus" else "GPU", 0.0)
+            if want > node:  # a task no node can hold would wait for ever
+                raise RayUnavailable(f"compute.resources.{kind}.{key}: a job asks {want:g}, the largest node of the Ray cluster has {node:g}")
         self.progress = progress
         self.remote = self.ray.remote(max_retries=0)(_in_ray_worker)
         self.stats: dict[str, Any] = {}
@@ -167,7 +187,8 @@ class RayExecutor(Executor):
         ex = self.ray.exceptions
         if isinstance(error, ex.RayTaskError) and isinstance(error.cause, BaseException):
             return error.cause
-        if isinstance(error, (ex.WorkerCrashedError, ex.NodeDiedError, ex.ObjectLostError, ex.LocalRayletDiedError, ex.OwnerDiedError)):
+        died = (ex.WorkerCrashedError, ex.NodeDiedError, ex.ObjectLostError, ex.LocalRayletDiedError, ex.OwnerDiedError, ex.OutOfMemoryError)
+        if isinstance(error, died):
             return WorkerDied(f"Ray worker died ({type(error).__name__})")
         return error
 
@@ -202,8 +223,7 @@ class RayExecutor(Executor):
                         instance = self._instance_for({r for _, r in running.values()}, failed_on.get(i))
                         if instance is None:  # the instances that are up are all busy
                             break
-                        env[INSTANCE_ENV], env[LEASE_ENV] = instance, str(self.leases[instance])
-                        self.leases[instance] += 1
+                        env[INSTANCE_ENV], env[LEASE_ENV] = instance, self._lease(instance)
                         opts["resources"] = {instance_resource(instance): 1.0}
                     queue.remove(i)
                     attempts[i] += 1

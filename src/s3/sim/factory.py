@@ -54,22 +54,22 @@ def instances(params: SimParams) -> tuple[str, ...]:
 
 
 _CACHED: tuple[str, SourceSim] | None = None
-_LEASE: int | None = None  # the lease of this process's last job on its cached simulator's instance
+_LEASE: tuple[str, int] | None = None  # the lease of this process's last job on its cached simulator's instance
 
 
 def worker_sim(params: SimParams, aids: DriverAidsParams | None = None) -> SourceSim:
     """This process's simulator for jobs (collection shards, evaluation runs): made once and
     reused, remade when the params or the job's instance change, after `drop_worker_sim`, and when
-    another worker drove the instance since this process's last job (the executor's lease count
-    skipped one: that worker's scenario replaced ours). A simulator that cannot be made (nobody
+    another worker or another executor drove the instance since this process's last job (the lease
+    is not the same executor's next one: that worker's scenario replaced ours). A simulator that cannot be made (nobody
     listening) is `SimulatorUnreachable`."""
     from s3.compute.executor import INSTANCE_ENV, LEASE_ENV
     from s3.sim.base import SimulatorLost, SimulatorUnreachable
 
     global _CACHED, _LEASE
     key = params.model_dump_json() + (aids.model_dump_json() if aids is not None else "") + os.environ.get(INSTANCE_ENV, "")
-    lease = int(os.environ[LEASE_ENV]) if LEASE_ENV in os.environ else None
-    stale = lease is not None and (_LEASE is None or lease != _LEASE + 1)
+    lease = _parse_lease(os.environ[LEASE_ENV]) if LEASE_ENV in os.environ else None
+    stale = lease is not None and (_LEASE is None or lease != (_LEASE[0], _LEASE[1] + 1))
     if _CACHED is None or _CACHED[0] != key or stale:
         drop_worker_sim()
         try:
@@ -78,6 +78,12 @@ def worker_sim(params: SimParams, aids: DriverAidsParams | None = None) -> Sourc
             raise SimulatorUnreachable(str(e)) from None
     _LEASE = lease
     return _CACHED[1]
+
+
+def _parse_lease(lease: str) -> tuple[str, int]:
+    """LEASE_ENV's '<executor token>:<count>' (s3.compute.executor)."""
+    token, _, count = lease.rpartition(":")
+    return token, int(count)
 
 
 def drop_worker_sim() -> None:

@@ -195,3 +195,48 @@ def test_source_selection_falls_back_to_the_model_with_beamng(root, monkeypatch:
     assert json.loads((root / "m" / "bicycle.json").read_text())["seed_selection"]["source_choice_not_run"] == sel["source_choice_not_run"]
     train_one("bicycle", Params.model_validate({"train": train}), root / "models", root / "p", root / "plots", root / "m")
     assert seen["scorer"] is not None  # the embedded simulator: chosen in the source
+
+
+def test_on_a_shared_nothing_executor_a_finished_seed_is_kept_when_another_fails(bicycle, root, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's path (the model and files shipped, MLflow calls recorded by the job and replayed here),
+    run in this process: seed 1's files and run are kept as it finishes, though seed 2 then fails
+    and stops the stage; a stale resume file of seed 1 is gone."""
+    from mlflow.tracking import MlflowClient
+
+    import s3.rl.seeds as seeds
+    from s3.compute.executor import LocalExecutor
+    from s3.platform import tracking
+    from s3.rl.resume import resume_path
+
+    class Shipping(LocalExecutor):
+        shared_fs = False
+
+    real = seeds._train_shipped
+
+    def train_or_break(*args):  # (family, model_label, model_files, seed_name, ...)
+        if args[3] == "seed2":
+            raise ValueError("seed 2 broke")
+        return real(*args)
+
+    monkeypatch.setattr(seeds, "executor_for", lambda *a, **k: Shipping(1))
+    monkeypatch.setattr(seeds, "_train_shipped", train_or_break)
+    save_checkpoint(bicycle, root / "models" / "bicycle")
+    params = TrainParams.model_validate({**TINY, "max_env_steps": 128 * 16 * 2, "seeds": 2, "seed_workers": 1, "torch_threads": 1})
+    name, out = "shipped", root / "shipped"
+    stale = resume_path(out / CANDIDATES / name / "seed1")
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"not a resume file")  # shipped with the job, which starts fresh; it must not survive
+    monkeypatch.setenv("S3_MLFLOW", "1")
+    run = tracking.family_run(name)
+    with pytest.raises(ValueError, match="seed 2 broke"):
+        train_seeds(name, "bicycle", root / "models" / "bicycle", out, root / "plots" / f"{name}.png", params, run=run)
+    run.finish()
+    kept = out / CANDIDATES / name / "seed1"
+    summary = json.loads(_summary_path(kept).read_text())
+    assert (kept / WEIGHTS).stat().st_size > 0 and not stale.exists() and not (out / CANDIDATES / name / "seed2").exists()
+    assert _finished(kept, params.model_copy(update={"seed": 1}), root / "models" / "bicycle", 1) is not None  # a re-run reuses it
+    client = MlflowClient()
+    runs = {r.data.tags["s3.seed"]: r for r in client.search_runs([run.experiment_id], f"tags.`mlflow.parentRunId` = '{run.run_id}'")}
+    assert runs["1"].info.status == "FINISHED" and runs["2"].info.status == "FAILED"
+    assert runs["1"].info.run_id == summary["mlflow_run_id"]
+    assert len(client.get_metric_history(runs["1"].info.run_id, "train/Train/mean_reward")) == 2  # replayed here, one per iteration

@@ -32,8 +32,9 @@ copied out of a finished policy, whose policy.json records none).
 MLflow. Given the policy's run (s3.platform.tracking.Run; None logs nothing), each candidate
 trained here logs into its own run nested under it (`<name>-seed<k>`, tags s3.kind=seed,
 s3.policy=<name>, s3.model=<family>, s3.seed=<k>), created here before the workers start and
-ended here (FAILED unless its training returned); on Ray the job records its calls instead
-(s3.platform.tracking.Recorder) and this process makes them once its files are written. The winner's learning curve comes back from its
+ended here as each seed finishes (FAILED unless its training returned); on Ray the job records its
+calls instead (s3.platform.tracking.Recorder) and this process makes them once its files are
+written, as each seed finishes, so a seed that finished is kept when another fails. The winner's learning curve comes back from its
 worker as a value and goes into the policy's run (`train/<rsl_rl tag>`, step = iteration), with
 `train/selected_seed`; a reused winner's curve stays in the run it was trained in. The summary's
 mlflow_run_id is the winner's seed run.
@@ -49,7 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from s3.compute.executor import Job, executor_for
+from s3.compute.executor import Job, Outcome, executor_for
 from s3.compute.files import Files, pack, unpack, unpacked
 from s3.compute.params import ComputeParams
 from s3.io import atomic_path, write_json_atomic
@@ -57,6 +58,7 @@ from s3.platform.tracking import Recorder, Run
 from s3.rl import TRAIN_WORKER_PRELOAD
 from s3.rl.export import EXPORT, META, WEIGHTS, without_run_only
 from s3.rl.params import SELECTION_ONLY, TrainParams
+from s3.rl.resume import resume_path
 from s3.rl.tracks import VALIDATION_SEED_BASE
 from s3.rl.train import file_sha256
 
@@ -130,7 +132,15 @@ def _train_shipped(
 def _candidate_files(root: Path, seed: int) -> Files:
     """What a candidate has so far, relative to `root`: its folder and its resume file."""
     files = {f"seed{seed}/{k}": v for k, v in pack(root / f"seed{seed}").items()}
-    return {**files, **pack(root, [f".resume/seed{seed}.pt"])}
+    return {**files, **pack(root, [str(resume_path(root / f"seed{seed}").relative_to(root))])}
+
+
+def _clear_candidate(root: Path, seed: int) -> None:
+    """Remove a candidate's folder, summary and resume file under `root`."""
+    folder = root / f"seed{seed}"
+    shutil.rmtree(folder, ignore_errors=True)
+    _summary_path(folder).unlink(missing_ok=True)
+    resume_path(folder).unlink(missing_ok=True)
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -167,7 +177,6 @@ def train_seeds(
     if todo:
         tags = {"s3.kind": "seed", "s3.policy": name, "s3.model": family}
         seed_runs = {p.seed: run.child(f"{name}-seed{p.seed}", {**tags, "s3.seed": str(p.seed)}) if run else None for p in todo}
-        status = dict.fromkeys(seed_runs, "FAILED")
         # locally, seed jobs fork from a server that imported torch, the trainer and MLflow once (s3.compute, s3.workers)
         executor = executor_for(compute, "train", seed_workers(params), TRAIN_WORKER_PRELOAD, f"train {name}", progress=True)
         if executor.shared_fs:
@@ -183,21 +192,33 @@ def train_seeds(
                                                               params.seed, getattr(seed_runs[p.seed], "run_id", None)))
                 for p in todo
             ]  # fmt: skip
+        finished: set[int] = set()
+
+        def keep(i: int, o: Outcome) -> None:
+            """As each seed finishes (not once all have): its files written, its run made and ended,
+            so a seed that finished is kept when another fails or the stage is killed."""
+            p = todo[i]
+            if not o.ok:
+                return
+            results[p.seed], curves[p.seed] = o.value[:2]
+            if not executor.shared_fs:
+                _, _, files, recorder = o.value
+                _clear_candidate(root, p.seed)  # what was shipped (a resume file) goes; what came back replaces it
+                unpack(files, root)
+                if recorder is not None:
+                    recorder.replay(seed_runs[p.seed], root)
+            if seed_runs[p.seed] is not None:
+                seed_runs[p.seed].finish("FINISHED")
+            finished.add(p.seed)
+
         try:
-            for p, o in zip(todo, executor.run(jobs)):
+            for p, o in zip(todo, executor.run(jobs, keep)):
                 if not o.ok:  # a worker that kept dying: its resume file stays for the next run
                     raise RuntimeError(f"train {name}: seed {p.seed}: {o.error}")
-                results[p.seed], curves[p.seed] = o.value[:2]
-                if not executor.shared_fs:
-                    _, _, files, recorder = o.value
-                    unpack(files, root)
-                    if recorder is not None:
-                        recorder.replay(seed_runs[p.seed], root)
-                status[p.seed] = "FINISHED"
         finally:
             for seed, seed_run in seed_runs.items():
-                if seed_run is not None:
-                    seed_run.finish(status[seed])
+                if seed_run is not None and seed not in finished:
+                    seed_run.finish("FAILED")
     table = [
         {"seed": s, "validation_score": r["validation"]["score"], "iteration": r["validation"]["iteration"], "env_steps": r["train"]["env_steps"],
          "wall_s": r["train"].get("wall_s"), "mlflow_run_id": r["mlflow_run_id"]}

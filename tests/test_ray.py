@@ -37,7 +37,9 @@ def ray_up():
     """One local Ray instance for the module; its workers import this folder's modules (test_executor's jobs)."""
     mp = pytest.MonkeyPatch()
     mp.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
-    ray = connect(RAY, INSTANCES)
+    with pytest.MonkeyPatch.context() as at:
+        at.setenv("RAY_ADDRESS", "127.0.0.1:1")  # nothing there: address '' must start an instance of its own, not join this
+        ray = connect(RAY, INSTANCES)
     yield ray
     ray.shutdown()
     mp.undo()
@@ -100,6 +102,14 @@ def test_jobs_see_this_process_s3_environment_only(ray_up, monkeypatch: pytest.M
     monkeypatch.setenv("NOT_S3_PROBE", "not passed")
     (o,) = RayExecutor(RAY, "collect").run([Job("env", env_of, ("S3_PROBE", "NOT_S3_PROBE"))])
     assert o.value == {"S3_PROBE": "here", "NOT_S3_PROBE": None}
+    # a worker's own S3_* variables (from its start) are hidden during a job and back after it
+    from s3.compute.ray_executor import _in_ray_worker
+
+    monkeypatch.delenv("S3_PROBE")
+    monkeypatch.setenv("S3_WORKER_ONLY", "stale")
+    value, _, _ = _in_ray_worker({"S3_PROBE": "job"}, env_of, ("S3_PROBE", "S3_WORKER_ONLY"))
+    assert value == {"S3_PROBE": "job", "S3_WORKER_ONLY": None}
+    assert env_of("S3_PROBE", "S3_WORKER_ONLY") == {"S3_PROBE": None, "S3_WORKER_ONLY": "stale"}
 
 
 def test_instances_are_custom_resources_one_job_each(ray_up, tmp_path: Path) -> None:
@@ -123,6 +133,19 @@ def test_the_local_instance_listens_on_loopback_with_token_authentication(ray_up
     assert len(listening) >= 3  # gcs, raylet, object manager at least: the check has something to check
     assert set(listening) <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}, listening
     assert os.environ["RAY_AUTH_MODE"] == "token"
+    # the GCS answers a caller with this process's token, and refuses one with none or another
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(grpc.insecure_channel(ray_up.get_runtime_context().gcs_address))
+    codes = {}
+    for who, token in (("none", None), ("other", "0" * 64), ("ours", os.environ["RAY_AUTH_TOKEN"])):
+        try:
+            stub.GetAllNodeInfo(gcs_service_pb2.GetAllNodeInfoRequest(), metadata=[("authorization", f"Bearer {token}")] if token else [], timeout=10)
+            codes[who] = grpc.StatusCode.OK
+        except grpc.RpcError as e:
+            codes[who] = e.code()
+    assert codes == {"none": grpc.StatusCode.UNAUTHENTICATED, "other": grpc.StatusCode.UNAUTHENTICATED, "ours": grpc.StatusCode.OK}
 
 
 def _connections(p: psutil.Process) -> list:
@@ -197,18 +220,32 @@ def test_a_gpu_for_training_that_would_sit_idle_is_refused() -> None:
 
 def test_the_source_env_on_ray_actors_steps_as_the_local_workers(ray_up) -> None:
     from s3.config import Params
-    from s3.rl.source_env import SourceVecEnv
+    from s3.rl.source_env import SourceVecEnv, SourceWorkerError
     from s3.tracks.generate import procedural_track
 
     tracks = [procedural_track(1001), procedural_track(1002)]
     traces = []
-    for compute in (None, RAY):
-        with SourceVecEnv(tracks, Params().sim, num_envs=4, workers=2, seed=3, compute=compute) as env:
+    _wait_for_free_cpus(ray_up, 2.0)
+    for compute, workers in ((None, 1), (RAY, 4)):  # on Ray: 4 asked, as many as the 2 CPUs hold
+        with SourceVecEnv(tracks, Params().sim, num_envs=4, workers=workers, seed=3, compute=compute) as env:
             obs = [env.reset()["policy"]]
             for _ in range(5):
                 obs.append(env.step(torch.tensor([[0.1, 0.5]] * 4))[0]["policy"])
+            if compute is not None:
+                assert len(env.workers) == 2
+                with pytest.raises(SourceWorkerError, match=r"compute\.resources\.source_env: .* 0 CPUs .* free now"):
+                    SourceVecEnv(tracks, Params().sim, num_envs=2, workers=1, compute=compute)  # would wait for ever
+                with SourceVecEnv(tracks, Params().sim, num_envs=2, workers=2, compute=compute, holds_cpus=False) as idle:  # direct's validation env
+                    assert len(idle.workers) == 2 and idle.reset()["policy"].shape[0] == 2
         traces.append(torch.stack(obs))
-    assert traces[0].abs().sum() > 0 and torch.equal(traces[0], traces[1])
+    assert traces[0].abs().sum() > 0 and torch.equal(traces[0], traces[1])  # 1 process or 2 actors: the same cars
+
+
+def _wait_for_free_cpus(ray, cpus: float, timeout_s: float = 20.0) -> None:
+    """Until the earlier tests' jobs have given their CPUs back (Ray's view lags a little)."""
+    t0 = time.monotonic()
+    while ray.available_resources().get("CPU", 0.0) < cpus and time.monotonic() - t0 < timeout_s:
+        time.sleep(0.2)
 
 
 def test_a_dead_instance_costs_only_its_jobs_on_ray(ray_up, tmp_path: Path) -> None:
@@ -252,5 +289,8 @@ def test_beamng_evaluation_over_two_instances_on_ray_scores_like_one_locally(ray
 
 def test_a_job_no_node_can_hold_is_refused_at_once(ray_up) -> None:
     gpu = RAY.model_copy(update={"resources": RAY.resources.model_copy(update={"train": JobResources(num_gpus=1)})})
-    with pytest.raises(RayUnavailable, match=r"compute.resources.train.num_gpus: a job asks 1, the Ray cluster has 0"):
+    with pytest.raises(RayUnavailable, match=r"compute.resources.train.num_gpus: a job asks 1, the largest node of the Ray cluster has 0"):
         RayExecutor(gpu, "train")
+    wide = RAY.model_copy(update={"resources": RAY.resources.model_copy(update={"collect": JobResources(num_cpus=3)})})
+    with pytest.raises(RayUnavailable, match=r"compute.resources.collect.num_cpus: a job asks 3, the largest node of the Ray cluster has 2"):
+        RayExecutor(wide, "collect")

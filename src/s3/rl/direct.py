@@ -212,6 +212,7 @@ def _train_direct(
         env = stack.enter_context(
             SourceVecEnv(pool.tracks, params.sim, tp.env, d.num_envs, workers, tp.seed, timeout_s=d.worker_timeout_s, aids=aids, compute=params.compute)
         )
+        workers = len(env.workers)  # on Ray: as many actors as the cluster had room for
         val = None
         if d.validation:
             val_tracks = pool.validation_tracks()
@@ -229,6 +230,7 @@ def _train_direct(
                         timeout_s=d.worker_timeout_s,
                         aids=aids,
                         compute=params.compute,
+                        holds_cpus=False,  # it steps only while the training env waits
                     )
                 ),
                 val_tracks,

@@ -20,12 +20,16 @@ no forkserver): no fork of a process that runs torch threads, and no per-worker 
 main process samples starts, batches commands and states as tensors and computes everything
 else. A worker that dies or reports an error raises `SourceWorkerError` naming it; `close()` (or
 the context manager) stops them all. With `compute` naming the `ray` backend the workers are Ray
-actors instead (`compute.resources.source_env` each), placed wherever the cluster has room.
+actors instead (`compute.resources.source_env` each), placed wherever the cluster has room: at most
+as many as it has room for now (an actor holds its CPUs for life), and a clear error when it has
+none. An env built with `holds_cpus=False` (direct's validation env, which steps only while the
+training env waits) has actors that hold no CPUs, as its local processes share the cores.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
@@ -234,7 +238,14 @@ class _RayWorkers(_Workers):
     `compute.resources.source_env`): a `_SimWorker` per actor, the same requests, the same errors."""
 
     def __init__(
-        self, sim: SimParams, tracks: Sequence[Track], counts: Sequence[int], timeout_s: float, aids: DriverAidsParams | None, compute: ComputeParams
+        self,
+        sim: SimParams,
+        tracks: Sequence[Track],
+        counts: Sequence[int],
+        timeout_s: float,
+        aids: DriverAidsParams | None,
+        compute: ComputeParams,
+        holds_cpus: bool = True,
     ) -> None:
         from s3.compute.ray_executor import connect
 
@@ -242,13 +253,30 @@ class _RayWorkers(_Workers):
         self.timeout_s = float(timeout_s)
         self.bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         r = compute.resources.source_env
-        actor = self.ray.remote(num_cpus=r.num_cpus, num_gpus=r.num_gpus, max_restarts=0)(_SimWorker)
+        held = {"num_cpus": r.num_cpus, "num_gpus": r.num_gpus} if holds_cpus else {"num_cpus": 0, "num_gpus": 0}
+        actor = self.ray.remote(**held, max_restarts=0)(_SimWorker)
         self.actors = [actor.remote(sim, list(tracks), int(n), aids) for n in counts]
         try:
             self.call({w: ("set_tracks", ({},)) for w in range(len(counts))})  # every actor built
         except BaseException:
             self.close()
             raise
+
+    @staticmethod
+    def fit(compute: ComputeParams, wanted: int) -> int:
+        """How many actors to start: `wanted`, or as many as the cluster has room for now (at least 1)."""
+        from s3.compute.ray_executor import connect
+
+        free, r = connect(compute).available_resources(), compute.resources.source_env
+        room = min(int(free.get(k, 0.0) / want + 1e-9) for k, want in (("CPU", r.num_cpus), ("GPU", r.num_gpus)) if want > 0)
+        if room < 1:
+            raise SourceWorkerError(
+                f"compute.resources.source_env: a source-sim actor asks {r.num_cpus:g} CPUs and {r.num_gpus:g} GPUs; the Ray cluster has "
+                f"{free.get('CPU', 0.0):g} CPUs and {free.get('GPU', 0.0):g} GPUs free now (other jobs or actors hold the rest): lower them, or add nodes"
+            )
+        if room < wanted:
+            print(f"source env: {room} Ray actors, not {wanted}: the cluster has room for {room} now", file=sys.stderr, flush=True)
+        return min(wanted, room)
 
     def __len__(self) -> int:
         return len(self.actors)
@@ -289,6 +317,7 @@ class SourceVecEnv(TaskVecEnv):
         timeout_s: float = 300.0,
         aids: DriverAidsParams | None = None,
         compute: ComputeParams | None = None,
+        holds_cpus: bool = True,
     ) -> None:
         if sim.backend != "mujoco":
             raise ValueError(f"SourceVecEnv steps many cars in parallel: it needs sim.backend 'mujoco', not {sim.backend!r} (one BeamNG instance is one world)")
@@ -317,9 +346,12 @@ class SourceVecEnv(TaskVecEnv):
         self.episode_count = 0
         self._stats = _Stats()
         w = resolve_workers(workers, n)
-        counts = [len(c) for c in np.array_split(np.arange(n), w)]
-        ray = compute is not None and compute.backend == "ray"
-        self.workers = _RayWorkers(sim, tracks, counts, timeout_s, aids, compute) if ray else _Workers(sim, tracks, counts, timeout_s, aids)  # type: ignore[arg-type]
+        if compute is not None and compute.backend == "ray":
+            w = _RayWorkers.fit(compute, w) if holds_cpus else w
+            counts = [len(c) for c in np.array_split(np.arange(n), w)]
+            self.workers: _Workers = _RayWorkers(sim, tracks, counts, timeout_s, aids, compute, holds_cpus)
+        else:
+            self.workers = _Workers(sim, tracks, counts=[len(c) for c in np.array_split(np.arange(n), w)], timeout_s=timeout_s, aids=aids)
         try:
             self.reset()
         except BaseException:

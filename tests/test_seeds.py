@@ -235,6 +235,8 @@ def test_on_a_shared_nothing_executor_a_finished_seed_is_kept_when_another_fails
     summary = json.loads(_summary_path(kept).read_text())
     assert (kept / WEIGHTS).stat().st_size > 0 and not stale.exists() and not (out / CANDIDATES / name / "seed2").exists()
     assert _finished(kept, params.model_copy(update={"seed": 1}), root / "models" / "bicycle", 1) is not None  # a re-run reuses it
+    (kept / WEIGHTS).unlink()  # as after a kill between its files: not finished, trained again
+    assert _finished(kept, params.model_copy(update={"seed": 1}), root / "models" / "bicycle", 1) is None
     client = MlflowClient()
     runs = {r.data.tags["s3.seed"]: r for r in client.search_runs([run.experiment_id], f"tags.`mlflow.parentRunId` = '{run.run_id}'")}
     assert runs["1"].info.status == "FINISHED" and runs["2"].info.status == "FAILED"

@@ -154,14 +154,37 @@ def _set_s3_env(env: dict[str, str]) -> None:
     os.environ.update(env)
 
 
-def largest_node(ray: Any) -> dict[str, float]:
-    """The most of each resource one live node of the cluster has (a task runs on one node)."""
-    most: dict[str, float] = {}
-    for node in ray.nodes():
-        if node.get("Alive"):
-            for k, v in node.get("Resources", {}).items():
-                most[k] = max(most.get(k, 0.0), float(v))
-    return most
+def per_node(ray: Any, free: bool = False) -> list[dict[str, float]]:
+    """Each live node's resources (its totals, or what is free now: Ray's view lags a moment); one
+    cluster-wide entry where Ray cannot say per node (e.g. through Ray Client)."""
+    try:
+        from ray._private import state  # DeveloperAPI in Ray 2.60
+
+        nodes = (state.available_resources_per_node() if free else state.total_resources_per_node()).values()
+        return [{k: float(v) for k, v in node.items()} for node in nodes]
+    except Exception:  # no per-node view here: the cluster's sums, a weaker check
+        return [{k: float(v) for k, v in (ray.available_resources() if free else ray.cluster_resources()).items()}]
+
+
+def fits(node: dict[str, float], want: dict[str, float]) -> int:
+    """How many jobs asking `want` (resource -> amount) one node's `node` resources hold at once."""
+    return min((int(node.get(k, 0.0) / v + 1e-9) for k, v in want.items() if v > 0), default=1 << 30)
+
+
+def check_fits(ray: Any, key: str, resources: Any, instances: Sequence[str] = ()) -> None:
+    """Refuse at once, naming `key`, a job that no node of the cluster could ever hold (it would wait for ever):
+    its CPUs and GPUs together, and with each simulator instance, on the node that declares it."""
+    nodes = per_node(ray)
+    want = {"CPU": float(resources.num_cpus), "GPU": float(resources.num_gpus)}
+    for name, res in (("num_cpus", "CPU"), ("num_gpus", "GPU")):
+        most = max((n.get(res, 0.0) for n in nodes), default=0.0)
+        if want[res] > most:
+            raise RayUnavailable(f"{key}.{name}: a job asks {want[res]:g}, the largest node of the Ray cluster has {most:g}")
+    if not any(fits(n, want) for n in nodes):
+        raise RayUnavailable(f"{key}: a job asks {want['CPU']:g} CPUs and {want['GPU']:g} GPUs on one node; no node of the Ray cluster has both")
+    for address in instances:
+        if not any(fits(n, {**want, instance_resource(address): 1.0}) for n in nodes):
+            raise RayUnavailable(f"{key}: the node that declares {instance_resource(address)} has fewer than {want['CPU']:g} CPUs / {want['GPU']:g} GPUs")
 
 
 class RayExecutor(Executor):
@@ -173,11 +196,7 @@ class RayExecutor(Executor):
         super().__init__(compute.retry, label, instances)
         self.ray = connect(compute, self.instances)
         self.resources = getattr(compute.resources, kind)
-        most = largest_node(self.ray)
-        for key, want in (("num_cpus", self.resources.num_cpus), ("num_gpus", self.resources.num_gpus)):
-            node = most.get("CPU" if key == "num_cpus" else "GPU", 0.0)
-            if want > node:  # a task no node can hold would wait for ever
-                raise RayUnavailable(f"compute.resources.{kind}.{key}: a job asks {want:g}, the largest node of the Ray cluster has {node:g}")
+        check_fits(self.ray, f"compute.resources.{kind}", self.resources, self.instances)
         self.progress = progress
         self.remote = self.ray.remote(max_retries=0)(_in_ray_worker)
         self.stats: dict[str, Any] = {}
@@ -240,7 +259,7 @@ class RayExecutor(Executor):
                         value, node, seconds = ray.get(ref)
                     except Exception as e:
                         error = self._cause(e)
-                        if instance is not None and self.policy.retriable(error):
+                        if instance is not None and self.policy.retriable(error) and not isinstance(error, WorkerDied):  # the worker died, not the simulator
                             self.down.add(instance)
                             failed_on[i] = instance
                         if self._retry(jobs[i], outcomes[i], error, attempts[i]):

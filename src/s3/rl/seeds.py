@@ -87,7 +87,8 @@ def _finished(folder: Path, params: TrainParams, model_folder: Path, validation_
     saved = {k: v for k, v in (meta.get("params") or {}).items() if k not in SELECTION_ONLY}
     tracks = [VALIDATION_SEED_BASE + validation_seed * 1000 + i for i in range(params.tracks.validation_tracks)]
     same_tracks = meta.get("validation", {}).get("track_seeds") == tracks
-    if saved != params.model_dump(mode="json", exclude=SELECTION_ONLY) or not (same_model and same_tracks) or not (folder / EXPORT).exists():
+    complete = all((folder / f).exists() for f in (WEIGHTS, EXPORT))
+    if saved != params.model_dump(mode="json", exclude=SELECTION_ONLY) or not (same_model and same_tracks and complete):
         return None
     try:  # policy.json has no wall clock or run id: the summary a (killed) run left beside the candidate does
         return json.loads(_summary_path(folder).read_text())
@@ -203,10 +204,13 @@ def train_seeds(
             results[p.seed], curves[p.seed] = o.value[:2]
             if not executor.shared_fs:
                 _, _, files, recorder = o.value
+                if recorder is not None:  # into MLflow first, from a copy: a kill after it leaves no candidate that looks finished
+                    with unpacked(files) as copy:
+                        recorder.replay(seed_runs[p.seed], copy)
                 _clear_candidate(root, p.seed)  # what was shipped (a resume file) goes; what came back replaces it
-                unpack(files, root)
-                if recorder is not None:
-                    recorder.replay(seed_runs[p.seed], root)
+                meta = f"seed{p.seed}/{META}"  # written last: a candidate counts as finished by it (_finished)
+                unpack({k: v for k, v in files.items() if k != meta}, root)
+                unpack({k: v for k, v in files.items() if k == meta}, root)
             if seed_runs[p.seed] is not None:
                 seed_runs[p.seed].finish("FINISHED")
             finished.add(p.seed)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
@@ -233,6 +234,9 @@ class _Workers:
         self.procs, self.conns = [], []
 
 
+ROOM_WAIT_S = 10.0  # Ray's view of free resources lags a kill by a moment: how long to let it catch up
+
+
 class _RayWorkers(_Workers):
     """The same W simulator workers as Ray actors (`compute.backend: ray`, each holding
     `compute.resources.source_env`): a `_SimWorker` per actor, the same requests, the same errors."""
@@ -255,6 +259,7 @@ class _RayWorkers(_Workers):
         r = compute.resources.source_env
         held = {"num_cpus": r.num_cpus, "num_gpus": r.num_gpus} if holds_cpus else {"num_cpus": 0, "num_gpus": 0}
         actor = self.ray.remote(**held, max_restarts=0)(_SimWorker)
+        self.held_cpus = held["num_cpus"] * len(counts)
         self.actors = [actor.remote(sim, list(tracks), int(n), aids) for n in counts]
         try:
             self.call({w: ("set_tracks", ({},)) for w in range(len(counts))})  # every actor built
@@ -264,14 +269,19 @@ class _RayWorkers(_Workers):
 
     @staticmethod
     def fit(compute: ComputeParams, wanted: int) -> int:
-        """How many actors to start: `wanted`, or as many as the cluster has room for now (at least 1)."""
-        from s3.compute.ray_executor import connect
+        """How many actors to start: `wanted`, or as many as the cluster's nodes have room for now
+        (at least 1; with none, Ray's view is given ROOM_WAIT_S to catch up before a clear error)."""
+        from s3.compute.ray_executor import connect, fits, per_node
 
-        free, r = connect(compute).available_resources(), compute.resources.source_env
-        room = min(int(free.get(k, 0.0) / want + 1e-9) for k, want in (("CPU", r.num_cpus), ("GPU", r.num_gpus)) if want > 0)
+        ray, r = connect(compute), compute.resources.source_env
+        want = {"CPU": r.num_cpus, "GPU": r.num_gpus}
+        t0 = time.monotonic()
+        while (room := sum(fits(n, want) for n in per_node(ray, free=True))) < 1 and time.monotonic() - t0 < ROOM_WAIT_S:
+            time.sleep(0.25)  # actors just killed free their CPUs a moment later
         if room < 1:
+            free = ray.available_resources()
             raise SourceWorkerError(
-                f"compute.resources.source_env: a source-sim actor asks {r.num_cpus:g} CPUs and {r.num_gpus:g} GPUs; the Ray cluster has "
+                f"compute.resources.source_env: a source-sim actor asks {r.num_cpus:g} CPUs and {r.num_gpus:g} GPUs on one node; the Ray cluster has "
                 f"{free.get('CPU', 0.0):g} CPUs and {free.get('GPU', 0.0):g} GPUs free now (other jobs or actors hold the rest): lower them, or add nodes"
             )
         if room < wanted:
@@ -297,9 +307,17 @@ class _RayWorkers(_Workers):
         return out
 
     def close(self) -> None:
-        for a in getattr(self, "actors", []):
+        """Kill the actors; return once Ray counts their CPUs free (at most ROOM_WAIT_S), so that
+        an env made next finds the room."""
+        actors, self.actors = getattr(self, "actors", []), []
+        if not actors:
+            return
+        before = self.ray.available_resources().get("CPU", 0.0)
+        for a in actors:
             self.ray.kill(a)
-        self.actors = []
+        t0 = time.monotonic()
+        while self.ray.available_resources().get("CPU", 0.0) < before + self.held_cpus - 1e-6 and time.monotonic() - t0 < ROOM_WAIT_S:
+            time.sleep(0.1)
 
 
 class SourceVecEnv(TaskVecEnv):

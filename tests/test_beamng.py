@@ -482,6 +482,7 @@ def test_standin_command_line() -> None:
         proc.kill()
 
 
+@pytest.mark.slow  # nightly (make test-all): keeps make test within its 15 minutes
 @pytest.mark.timeout(240)
 def test_evaluate_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) -> None:
     """The pid baseline evaluated through beamngpy + stand-in laps the road course like the embedded car."""

@@ -56,6 +56,7 @@ def _pipeline(ws: Path, workers: int, monkeypatch: pytest.MonkeyPatch) -> dict[s
     return {str(f.relative_to(ws)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
+@pytest.mark.slow  # ~11 s; nightly (make test-all)
 @pytest.mark.timeout(300)
 def test_same_inputs_give_the_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = _pipeline(tmp_path / "a", 1, monkeypatch)

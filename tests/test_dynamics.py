@@ -331,7 +331,7 @@ def test_bicycle_distill_writes_everything(rollouts_dir, workspace, results) -> 
     assert m["fit"]["steer_decay"] == pytest.approx(math.exp(-0.1 / 0.12), abs=0.08)
 
 
-@pytest.mark.parametrize("family", ["ddm", "transformer", "dytr"])
+@pytest.mark.parametrize("family", ["ddm", pytest.param("transformer", marks=pytest.mark.slow), pytest.param("dytr", marks=pytest.mark.slow)])  # ~13 s each
 def test_learned_family_fits_synthetic_car(family: str, rollouts_dir, workspace, results) -> None:
     params = DistillParams(**{**LEARN_PARAMS, **LEARN_OVERRIDES[family]})
     m = distill(family, rollouts_dir, workspace["models"], workspace["metrics"], workspace["plots"], params)

@@ -179,6 +179,7 @@ def test_bf16_is_an_opt_in_setting() -> None:
     assert 0 < ((fast - exact) / model.norm.delta_std).abs().max() < 0.5  # bf16 rounding, not a bug
 
 
+@pytest.mark.slow  # ~20 s of torch.compile; nightly (make test-all)
 def test_compile_is_an_opt_in_setting_that_matches_eager(tracks) -> None:
     model = perturbed(DyTrModel(10, 0.1, True), seed=4)
     n = TR_CHUNK + 45  # one compiled chunk, an eager remainder

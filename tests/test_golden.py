@@ -67,6 +67,7 @@ def test_source_side_builders_match(pinned) -> None:
             np.testing.assert_allclose(built[key], gold[key], **FLOAT_TOL, err_msg=f"{name}: {key}")
 
 
+@pytest.mark.slow  # ~9 s; nightly (make test-all)
 @pytest.mark.timeout(600)
 def test_pid_laps_on_the_road_course_match() -> None:
     gold = json.loads((g.HERE / "pid.json").read_text())

@@ -31,6 +31,7 @@ def test_holdout_tracks_are_not_the_training_validation_tracks() -> None:
         holdout_tracks("wet")
 
 
+@pytest.mark.slow  # nightly (make test-all): keeps make test within its 15 minutes
 def test_a_slower_driver_gets_a_lap_time_ratio_above_one() -> None:
     """A pure pursuit capped at 18 m/s and 4 m/s^2 laps a dry held-out track well behind the pid."""
     params = Params.model_validate(AIDED)

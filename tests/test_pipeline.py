@@ -160,8 +160,8 @@ def test_one_policys_train_param_changes_its_train_alone_and_what_reads_it(quick
         status = _dvc(ws, "status", "--json", env=env)
         with Repo(str(ws)) as repo:
             graph = repo.index.graph
-            train = next(s for s in graph if s.addressing == "train@ddm")
-            downstream = {s.addressing for s in nx.ancestors(graph, train)}  # the stages that depend on it
+            train = next(s for s in graph if s.name == "train@ddm")
+            downstream = {s.name for s in nx.ancestors(graph, train)}  # the stages that depend on it
     finally:
         params.write_text(orig)
     assert status.returncode == 0 and set(json.loads(status.stdout)) == {"train@ddm"}

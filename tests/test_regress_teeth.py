@@ -105,6 +105,7 @@ def _lap_shares(ws: Path) -> tuple[float, float, dict]:
     return block["lap_share"]["estimate"], block["completion_rate"]["estimate"], ev
 
 
+@pytest.mark.slow  # nightly (make test-all): keeps make test within its 15 minutes
 def test_broken_policy_fails_the_regression_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("S3_MLFLOW", "0")

@@ -154,6 +154,7 @@ def _children_end_with(proc: subprocess.Popen, ready: Callable[[], bool]) -> Non
     assert not alive, f"orphaned workers kept running: {[p.pid for p in alive]}"
 
 
+@pytest.mark.slow  # ~11 s; nightly (make test-all)
 def test_seed_workers_end_when_train_is_killed(model_dir: Path, tmp_path: Path) -> None:
     """Before s3.workers, a killed `s3 train` left its seed workers training as orphans."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": _mlflow_uri(tmp_path), "MLFLOW_ALLOW_FILE_STORE": "true", "OMP_NUM_THREADS": "1"}
@@ -168,6 +169,7 @@ def test_seed_workers_end_when_train_is_killed(model_dir: Path, tmp_path: Path) 
     _children_end_with(proc, lambda: len(list(out.rglob("*.pt"))) >= 2)  # both seeds saved a chunk
 
 
+@pytest.mark.slow  # nightly (make test-all): keeps make test within its 15 minutes
 def test_collect_workers_end_when_collect_is_killed(tmp_path: Path) -> None:
     """The collection pool's workers end with `s3 collect` too (the same initializer as the seeds')."""
     out = tmp_path / "rollouts"

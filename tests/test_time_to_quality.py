@@ -184,6 +184,7 @@ def test_every_checkpoint_drives_the_same_hold_out_runs(runs, monkeypatch) -> No
     assert (root / "plots" / "ttq.png").stat().st_size > 0
 
 
+@pytest.mark.slow  # ~11 s; the quick pipeline in make test runs the stage
 def test_the_command_writes_the_metrics_and_the_figure(runs) -> None:
     """`s3 time-to-quality` in the workspace (the default set: 8 tracks x 2 starts); one line per route."""
     from typer.testing import CliRunner

@@ -109,6 +109,7 @@ def test_kept_checkpoint_is_the_latest_within_tolerance_of_the_best() -> None:
         assert online == kept_index(seq, 0.1), seq
 
 
+@pytest.mark.slow  # nightly (make test-all): keeps make test within its 15 minutes
 def test_checkpoints_validated_together_drive_as_they_drive_alone() -> None:
     """drive_checkpoints drives k checkpoints in one env, each on its own rows: each car's episode is
     the one it drives alone, bit for bit. For a transformer set to compile, validation stays eager:

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from s3.compute.executor import INSTANCE_ENV, LEASE_ENV, Executor, Job, Outcome
-from s3.compute.params import ComputeParams, JobKind
+from s3.compute.params import ComputeParams, JobKind, JobResources
 from s3.compute.retry import WorkerDied
 
 ENV_PREFIX = "S3_"  # the environment variables a task inherits from this process
@@ -168,10 +168,10 @@ def per_node(ray: Any, free: bool = False) -> list[dict[str, float]]:
 
 def fits(node: dict[str, float], want: dict[str, float]) -> int:
     """How many jobs asking `want` (resource -> amount) one node's `node` resources hold at once."""
-    return min((int(node.get(k, 0.0) / v + 1e-9) for k, v in want.items() if v > 0), default=1 << 30)
+    return min(int(node.get(k, 0.0) / v + 1e-9) for k, v in want.items() if v > 0)  # callers ask CPUs (> 0 by the params)
 
 
-def check_fits(ray: Any, key: str, resources: Any, instances: Sequence[str] = ()) -> None:
+def check_fits(ray: Any, key: str, resources: JobResources, instances: Sequence[str] = ()) -> None:
     """Refuse at once, naming `key`, a job that no node of the cluster could ever hold (it would wait for ever):
     its CPUs and GPUs together, and with each simulator instance, on the node that declares it."""
     nodes = per_node(ray)

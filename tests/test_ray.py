@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -113,12 +115,14 @@ def test_jobs_see_this_process_s3_environment_only(ray_up, monkeypatch: pytest.M
 
 
 def test_instances_are_custom_resources_one_job_each(ray_up, tmp_path: Path) -> None:
-    ex = RayExecutor(RAY, "collect", instances=INSTANCES)
+    ex = RayExecutor(RAY, "collect", instances=INSTANCES[:1])  # one instance, two CPUs: the instance is what serialises the jobs
     out = ex.run([Job(f"j{i}", interval, (str(tmp_path), f"j{i}")) for i in range(4)] + [Job("env", env_of, (INSTANCE_ENV,))])
-    assert out[-1].value[INSTANCE_ENV] in INSTANCES
+    assert out[-1].value[INSTANCE_ENV] == INSTANCES[0]
     spans = [o.value for o in out[:-1]]
-    at_once = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
-    assert at_once <= 2  # two instances: at most two jobs at once
+    assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) == 1  # never two jobs on one instance
+    free = RayExecutor(RAY, "collect").run([Job(f"k{i}", interval, (str(tmp_path), f"k{i}")) for i in range(4)])
+    spans = [o.value for o in free]
+    assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) == 2  # without an instance: both CPUs (the check can fail)
     with pytest.raises(RayUnavailable, match="s3_sim_127_0_0_1_9"):
         RayExecutor(RAY, "collect", instances=("127.0.0.1:9",))
 
@@ -164,6 +168,13 @@ def test_params_name_a_bad_backend_or_address() -> None:
         load_params(None, ["compute.resources.train.num_gpus=-1"])
 
 
+def test_a_loopback_address_is_joined_on_the_loopback_interface() -> None:
+    from s3.compute.ray_executor import _is_loopback
+
+    assert all(_is_loopback(a) for a in ("127.0.0.1:6379", "localhost:6379", "[::1]:6379", "127.0.1.1:1"))
+    assert not any(_is_loopback(a) for a in ("10.0.0.5:6379", "auto", "ray://127.0.0.1:10001", "head.example:6379"))
+
+
 # ---------------------------------------------------------------------- the same outputs as the local pool
 def test_collect_train_evaluate_give_the_local_outputs(ray_up, tmp_path: Path) -> None:
     from s3.data.collect import collect
@@ -207,9 +218,25 @@ def test_collect_train_evaluate_give_the_local_outputs(ray_up, tmp_path: Path) -
     assert not (tmp_path / "ray" / "policies" / ".seeds").exists()  # every candidate moved into place
 
 
-def test_the_local_backend_needs_no_ray() -> None:
+def test_the_local_backend_needs_no_ray(tmp_path: Path) -> None:
+    """A local stage (a tiny collect through the pool) in a process where `import ray` fails: it neither
+    imports Ray nor the ray backend's module, so that module's code cannot change a local run's outputs."""
     assert isinstance(executor_for(None, "train", workers=2), LocalExecutor)
     assert isinstance(executor_for(ComputeParams(), "collect"), LocalExecutor) and executor_for(ComputeParams(), "collect").shared_fs
+    script = f"""
+import sys
+sys.modules["ray"] = None  # `import ray` raises ImportError
+from s3.config import load_params
+from s3.data.collect import collect
+sets = ["collect.episodes=2", "collect.episode_steps=20", "collect.episodes_per_shard=1", "collect.n_tracks=1", "collect.workers=2",
+        "collect.out_dir={tmp_path}/rollouts", "collect.plot_dir={tmp_path}/plots"]
+collect(load_params(None, sets), quiet=True)
+print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.") or m == "s3.compute.ray_executor"))
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "['ray']"  # only the blocked entry: nothing of Ray, nor the backend, was imported
+    assert len(json.loads((tmp_path / "rollouts" / "manifest.json").read_text())["shards"]) == 2
 
 
 def test_a_gpu_for_training_that_would_sit_idle_is_refused() -> None:
@@ -299,6 +326,76 @@ def test_a_job_no_node_can_hold_is_refused_at_once(ray_up) -> None:
     wide = RAY.model_copy(update={"resources": RAY.resources.model_copy(update={"collect": JobResources(num_cpus=3)})})
     with pytest.raises(RayUnavailable, match=r"compute.resources.collect.num_cpus: a job asks 3, the largest node of the Ray cluster has 2"):
         RayExecutor(wide, "collect")
+
+
+def instance_or_sleep(folder: str, name: str, slow_on: str) -> str:
+    """A job on its simulator instance; on `slow_on` it would take an hour (its node is about to leave)."""
+    instance = os.environ[INSTANCE_ENV]
+    Path(folder, f"on-{instance}-{name}.{_attempt(folder, name)}").touch()
+    time.sleep(3600.0 if instance == slow_on else 0.05)
+    return instance
+
+
+def test_a_job_whose_node_left_reruns_on_another_instance_or_stops_the_stage(ray_up, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node that dies takes its instance resource (or the only GPU) with it, and Ray would keep a job
+    asking for it queued for ever: the executor sees that no live node can hold it."""
+    import s3.compute.ray_executor as rx
+
+    a, b = INSTANCES
+    real = rx.per_node
+    monkeypatch.setattr(rx, "STRANDED_CHECK_S", 0.5)
+    ex = RayExecutor(RAY, "collect", instances=INSTANCES)
+    gone = rx.instance_resource(b)
+    monkeypatch.setattr(rx, "per_node", lambda ray, free=False: [{k: v for k, v in n.items() if k != gone} for n in real(ray, free)])  # b's node left
+    t0 = time.monotonic()
+    out = ex.run([Job(f"e{k}", instance_or_sleep, (str(tmp_path), f"e{k}", b)) for k in range(4)])
+    assert time.monotonic() - t0 < 240  # not the hour the job on b would have slept (Ray starts workers slowly on a busy machine)
+    assert [o.value for o in out] == [a] * 4 and all(o.ok for o in out)
+    assert [o.causes for o in out if o.retries] == [["simulator lost"]]  # the one job routed to b, re-run on a
+    assert len(list(tmp_path.glob(f"on-{b}-*"))) <= 1  # cancelled on b (running, or still starting there), never sent back
+    # a GPU job when the only GPU node has left: it would wait for ever; the stage stops, naming the key
+    gpu = RAY.model_copy(update={"resources": RAY.resources.model_copy(update={"train": JobResources(num_gpus=1)})})
+    monkeypatch.setattr(rx, "per_node", lambda ray, free=False: [{**n, "GPU": 1.0} for n in real(ray, free)])  # a GPU node, at the start
+    ex = RayExecutor(gpu, "train")
+    monkeypatch.setattr(rx, "per_node", real)  # ... gone: this instance has no GPU, so Ray queues the job as infeasible
+    t0 = time.monotonic()
+    with pytest.raises(RayUnavailable, match=r"^compute\.resources\.train: s0 asks 1 CPUs and 1 GPUs on one node, and no live node"):
+        ex.run([Job("s0", slow_square, (1,))])
+    assert time.monotonic() - t0 < 120  # the job would wait for ever
+
+
+GPU_SCRIPT = """
+import json, os, ray
+from s3.compute.executor import Job
+from s3.compute.params import ComputeParams
+from s3.compute.ray_executor import RayExecutor
+ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="warning")
+from test_ray import gpu_view
+def seen(c):
+    return [list(o.value) for o in RayExecutor(c, "train").run([Job(f"j{i}", gpu_view, ()) for i in range(2)])]
+cpu = ComputeParams(backend="ray")
+gpu = cpu.model_copy(update={"resources": cpu.resources.model_copy(update={"train": cpu.resources.train.model_copy(update={"num_gpus": 1})})})
+print(json.dumps({"cpu": seen(cpu), "gpu": seen(gpu)}))
+"""
+
+
+def gpu_view() -> tuple[str | None, int]:
+    """What a job sees of the GPUs (CUDA_VISIBLE_DEVICES), and its worker's pid."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()
+
+
+def test_a_job_sees_a_gpu_only_when_it_asks_for_one(tmp_path: Path) -> None:
+    """On a node with a GPU (a Ray instance declaring one; CUDA_VISIBLE_DEVICES=0 as on a GPU box), a
+    job that asks no GPU sees none, so `train.device: auto` cannot put it on a GPU Ray did not give
+    it; a GPU job sees its GPU, and its worker exits after it (no CPU job inherits its CUDA context)."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "ab" * 32,
+           "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", GPU_SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [v for v, _ in seen["cpu"]] == ["", ""]  # the GPU box's CUDA_VISIBLE_DEVICES=0 is hidden from CPU jobs
+    assert [v for v, _ in seen["gpu"]] == ["0", "0"]  # Ray's assignment
+    assert len({pid for _, pid in seen["gpu"]}) == 2 and not {pid for _, pid in seen["gpu"]} & {pid for _, pid in seen["cpu"]}
 
 
 def test_a_job_needs_one_node_with_all_it_asks(monkeypatch: pytest.MonkeyPatch) -> None:

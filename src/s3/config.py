@@ -131,6 +131,11 @@ class Params(BaseModel):
                 raise ValueError(f"train.per_policy.{name}: not one of the policies ({', '.join(self.policies())})")
         if self.compute.backend == "ray" and self.compute.resources.train.num_gpus > 0 and self.train.device == "cpu":
             raise ValueError("compute.resources.train.num_gpus: training jobs hold a GPU but train.device is 'cpu' (set it to 'cuda' or 'auto')")
+        if self.compute.backend == "ray" and self.compute.resources.train.num_gpus == 0 and self.train.device == "cuda":
+            raise ValueError(
+                "compute.resources.train.num_gpus: train.device is 'cuda' but training jobs ask no GPU, and on Ray a job that asks "
+                "none sees none (set num_gpus, e.g. 1, or train.device to 'auto' or 'cpu')"
+            )
         return self
 
     def models(self) -> dict[str, str]:

@@ -6,7 +6,8 @@
 Connection (`connect`, once per process). `compute.address` '' starts a local instance of the
 stage's own (`compute.local_cpus` CPUs, every core by default; never a cluster that RAY_ADDRESS or
 `ray start` left running) listening on 127.0.0.1 only, without the dashboard; it ends with the
-stage's process; 'auto', 'host:6379' or 'ray://host:10001' joins a running cluster. Token
+stage's process; 'auto', 'host:6379' or 'ray://host:10001' joins a running cluster ('127.0.0.1:6379'
+one whose nodes were started on the loopback interface, `--node-ip-address=127.0.0.1`). Token
 authentication is on: RAY_AUTH_MODE=token is set when the environment does not say, and
 `disabled` is refused. A local instance gets a fresh random token when none is configured (set in
 this process's environment, so only it and its children hold it); a cluster's nodes and this
@@ -22,12 +23,22 @@ the local pool's (s3.compute.executor.Executor). A task sees this process's `S3_
 variables (and no other `S3_*` the worker had), not its whole environment (the nodes have their
 own PATH and homes).
 
+GPUs. A job that asks no GPU sees none (CUDA_VISIBLE_DEVICES empty in its worker, so
+`train.device: auto` puts it on the CPU even on a GPU node: its results do not depend on where Ray
+placed it); a worker that ran a GPU job exits after it (max_calls 1), so its GPU memory is freed
+and no CPU job inherits its CUDA context.
+
 Retries. Ray's own task retries are off (max_retries 0): a job that raised a retriable failure,
 or whose worker process or node died (WorkerCrashedError, NodeDiedError, OutOfMemoryError (Ray's
 memory monitor killed it), ...: WorkerDied), is
 re-run here under the project's one policy (s3.compute.retry), counted in Outcome.retries, on
 whichever node has room. Ray knows which task a dead worker was running, so a death costs only
-that job. A failure that stops the stage cancels the jobs still running.
+that job. A failure that stops the stage cancels the jobs still running. A job that no live node
+can hold any more (its node left the cluster and took the only GPU, or the simulator instance it
+was routed to) would wait for ever in Ray's queue: every STRANDED_CHECK_S the driver compares the
+jobs it waits for with the live nodes; such a job's instance is down (SimulatorUnreachable: it is
+re-run on another instance, and the stage stops only when every instance is gone), and a job
+without one stops the stage (RayUnavailable, naming compute.resources.<kind>).
 
 Files. `shared_fs` is False: nodes share no filesystem with this process, so stages ship a job's
 input files in its args (s3.compute.files) and write what it returns (Ray's object store carries
@@ -53,8 +64,11 @@ from typing import Any
 from s3.compute.executor import INSTANCE_ENV, LEASE_ENV, Executor, Job, Outcome
 from s3.compute.params import ComputeParams, JobKind, JobResources
 from s3.compute.retry import WorkerDied
+from s3.sim.base import SimulatorUnreachable
 
 ENV_PREFIX = "S3_"  # the environment variables a task inherits from this process
+NO_GPU_ENV = {"CUDA_VISIBLE_DEVICES": ""}  # the worker environment of a job that asks no GPU
+STRANDED_CHECK_S = 5.0  # how often the driver asks whether the live nodes can still hold the jobs it waits for
 
 
 class RayUnavailable(RuntimeError):
@@ -94,7 +108,8 @@ def connect(compute: ComputeParams, instances: Sequence[str] = ()) -> Any:
                     log_to_driver=True,
                 )
         else:
-            ray.init(address=compute.address, logging_level="warning", log_to_driver=True)
+            with _loopback_only() if _is_loopback(compute.address) else contextlib.nullcontext():
+                ray.init(address=compute.address, logging_level="warning", log_to_driver=True)
     have = ray.cluster_resources()
     missing = [instance_resource(a) for a in instances if have.get(instance_resource(a), 0) < 1]
     if missing:
@@ -121,6 +136,13 @@ def _loopback_only() -> Iterator[None]:
         yield
     finally:
         services.resolve_ip_for_localhost = resolve
+
+
+def _is_loopback(address: str) -> bool:
+    """Whether `address` ('host:port') names this machine's loopback interface: a cluster whose nodes
+    were started on 127.0.0.1, joined as such (Ray would swap the address for the machine's outward one)."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    return host == "localhost" or host == "::1" or host.startswith("127.")
 
 
 def _version() -> str:
@@ -195,11 +217,25 @@ class RayExecutor(Executor):
     def __init__(self, compute: ComputeParams, kind: JobKind, label: str = "s3", instances: Sequence[str] = (), progress: bool = False) -> None:
         super().__init__(compute.retry, label, instances)
         self.ray = connect(compute, self.instances)
-        self.resources = getattr(compute.resources, kind)
-        check_fits(self.ray, f"compute.resources.{kind}", self.resources, self.instances)
+        self.key, self.resources = f"compute.resources.{kind}", getattr(compute.resources, kind)
+        check_fits(self.ray, self.key, self.resources, self.instances)
         self.progress = progress
-        self.remote = self.ray.remote(max_retries=0)(_in_ray_worker)
+        gpu = self.resources.num_gpus > 0
+        self.remote = self.ray.remote(max_retries=0, **({"max_calls": 1} if gpu else {}))(_in_ray_worker)
+        self.options: dict[str, Any] = {"num_cpus": self.resources.num_cpus, "num_gpus": self.resources.num_gpus}
+        if not gpu:
+            self.options["runtime_env"] = {"env_vars": dict(NO_GPU_ENV)}
         self.stats: dict[str, Any] = {}
+
+    def _asks(self, instance: str | None) -> dict[str, float]:
+        """What one job asks of one node: its CPUs and GPUs, and its simulator instance's resource."""
+        want = {"CPU": float(self.resources.num_cpus), "GPU": float(self.resources.num_gpus)}
+        return want if instance is None else {**want, instance_resource(instance): 1.0}
+
+    def _stranded(self, running: dict[Any, tuple[int, str | None]]) -> list[Any]:
+        """The running (or queued) tasks that no live node of the cluster can hold any more."""
+        nodes = per_node(self.ray)
+        return [ref for ref, (_, instance) in running.items() if not any(fits(n, self._asks(instance)) for n in nodes)]
 
     def _cause(self, error: BaseException) -> BaseException:
         """The job's own exception, or WorkerDied for a worker or node that went away."""
@@ -211,6 +247,16 @@ class RayExecutor(Executor):
             return WorkerDied(f"Ray worker died ({type(error).__name__})")
         return error
 
+    def _gone(self, job: Job, instance: str | None) -> Exception:
+        """Why a job that no live node can hold any more will not run: its instance is unreachable
+        (retried elsewhere), or the cluster lost the only nodes that could hold it (the stage stops)."""
+        if instance is not None:
+            return SimulatorUnreachable(f"simulator instance {instance}: no live Ray node declares {instance_resource(instance)} any more")
+        return RayUnavailable(
+            f"{self.key}: {job.name} asks {self.resources.num_cpus:g} CPUs and {self.resources.num_gpus:g} GPUs on one node, "
+            "and no live node of the Ray cluster has them any more (a node left the cluster)"
+        )
+
     def run(self, jobs: Sequence[Job], on_done: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
         ray, n = self.ray, len(jobs)
         outcomes = [Outcome(j.name) for j in jobs]
@@ -220,6 +266,7 @@ class RayExecutor(Executor):
         queue, running = deque(range(n)), {}  # running: ObjectRef -> (job index, instance or None)
         nodes: Counter[str] = Counter()
         job_s, t0 = 0.0, time.monotonic()
+        checked = t0  # when the live nodes were last compared with the jobs waiting
         bar = _Bar(self.label, n) if self.progress and n else None
 
         def finish(i: int, o: Outcome) -> None:
@@ -236,7 +283,7 @@ class RayExecutor(Executor):
                     if jobs[i].affinity in busy or not_before[i] > time.monotonic():
                         continue
                     env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
-                    opts: dict[str, Any] = {"num_cpus": self.resources.num_cpus, "num_gpus": self.resources.num_gpus}
+                    opts = dict(self.options)
                     instance = None
                     if self.instances:
                         instance = self._instance_for({r for _, r in running.values()}, failed_on.get(i))
@@ -252,13 +299,19 @@ class RayExecutor(Executor):
                     time.sleep(max(0.0, min(not_before[i] for i in queue) - time.monotonic()))
                     continue
                 waiting = [not_before[i] - time.monotonic() for i in queue if not_before[i] > time.monotonic()]
-                ready, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, min(waiting)) if waiting else None)
-                for ref in ready:
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, min([*waiting, STRANDED_CHECK_S])))
+                stranded: list[Any] = []
+                if time.monotonic() - checked >= STRANDED_CHECK_S:
+                    checked, stranded = time.monotonic(), self._stranded({r: v for r, v in running.items() if r not in ready})
+                for ref in [*ready, *stranded]:
                     i, instance = running.pop(ref)
                     try:
+                        if ref in stranded:  # RayUnavailable is not retried: the stage stops below
+                            ray.cancel(ref, force=True)
+                            raise self._gone(jobs[i], instance)
                         value, node, seconds = ray.get(ref)
                     except Exception as e:
-                        error = self._cause(e)
+                        error = e if ref in stranded else self._cause(e)
                         if instance is not None and self.policy.retriable(error) and not isinstance(error, WorkerDied):  # the worker died, not the simulator
                             self.down.add(instance)
                             failed_on[i] = instance

@@ -384,6 +384,7 @@ def gpu_view() -> tuple[str | None, int]:
     return os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()
 
 
+@pytest.mark.slow  # a second Ray instance of its own (one with a GPU): make test-all
 def test_a_job_sees_a_gpu_only_when_it_asks_for_one(tmp_path: Path) -> None:
     """On a node with a GPU (a Ray instance declaring one; CUDA_VISIBLE_DEVICES=0 as on a GPU box), a
     job that asks no GPU sees none, so `train.device: auto` cannot put it on a GPU Ray did not give

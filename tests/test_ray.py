@@ -114,13 +114,23 @@ def test_jobs_see_this_process_s3_environment_only(ray_up, monkeypatch: pytest.M
     assert env_of("S3_PROBE", "S3_WORKER_ONLY") == {"S3_PROBE": None, "S3_WORKER_ONLY": "stale"}
 
 
+def interval_after_peer(folder: str, name: str) -> tuple[float, float]:
+    """`interval` once a second job has started too (at most 60 s): two jobs that Ray runs side by side
+    overlap whatever its workers' start-up, and jobs it runs one after the other do not."""
+    Path(folder, f"started-{name}").touch()
+    deadline = time.monotonic() + 60.0
+    while sum(1 for f in os.listdir(folder) if f.startswith("started-")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return interval(folder, name)
+
+
 def test_instances_are_custom_resources_one_job_each(ray_up, tmp_path: Path) -> None:
     ex = RayExecutor(RAY, "collect", instances=INSTANCES[:1])  # one instance, two CPUs: the instance is what serialises the jobs
     out = ex.run([Job(f"j{i}", interval, (str(tmp_path), f"j{i}")) for i in range(4)] + [Job("env", env_of, (INSTANCE_ENV,))])
     assert out[-1].value[INSTANCE_ENV] == INSTANCES[0]
     spans = [o.value for o in out[:-1]]
     assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) == 1  # never two jobs on one instance
-    free = RayExecutor(RAY, "collect").run([Job(f"k{i}", interval, (str(tmp_path), f"k{i}")) for i in range(4)])
+    free = RayExecutor(RAY, "collect").run([Job(f"k{i}", interval_after_peer, (str(tmp_path), f"k{i}")) for i in range(4)])
     spans = [o.value for o in free]
     assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) == 2  # without an instance: both CPUs (the check can fail)
     with pytest.raises(RayUnavailable, match="s3_sim_127_0_0_1_9"):

@@ -88,7 +88,12 @@ class SlowTestsFailed(RuntimeError):
 
 def run_slow_tests(src: Path) -> str:
     """The source tree's `slow` tests (pytest -m slow), in a subprocess; raises SlowTestsFailed."""
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider"], cwd=src, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+    )
     summary = (out.stdout.strip().splitlines() or ["(no output)"])[-1]
     if out.returncode != 0:
         raise SlowTestsFailed(f"slow tests: {summary}\n{out.stdout[-3000:]}")
@@ -99,7 +104,9 @@ if __name__ == "__main__":
     import argparse
 
     ap = argparse.ArgumentParser(description="nightly regression: pipeline on a parameter set + regression check")
-    ap.add_argument("--serve", action="store_true", help="serve the scheduled `nightly-regression` deployment (long-lived)")
+    ap.add_argument(
+        "--serve", action="store_true", help="serve the scheduled `nightly-regression` deployment (long-lived)"
+    )
     ap.add_argument("--cron", default=DEFAULT_CRON, help=f"schedule for --serve (default {DEFAULT_CRON!r}, UTC)")
     ap.add_argument("--params-file", default=DEFAULT_PARAMS)
     ap.add_argument("--workdir", default=None)

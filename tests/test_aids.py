@@ -42,7 +42,9 @@ def test_abs_eases_the_brake_while_a_wheel_locks_and_each_aid_is_its_own_switch(
     lock = _state(10.0, (5.0, 10.0, 10.0, 10.0))  # front left 50 % slow
     assert SlipControl(BOTH)(lock, 0.0, 1.0) == pytest.approx((0.0, CUT))
     assert SlipControl(DriverAidsParams(traction_control=True))(lock, 0.0, 1.0) == pytest.approx((0.0, 1.0))
-    assert SlipControl(DriverAidsParams(abs=True))(_state(10.0, (10.0, 10.0, 15.0, 15.0)), 1.0, 0.0) == pytest.approx((1.0, 0.0))
+    assert SlipControl(DriverAidsParams(abs=True))(_state(10.0, (10.0, 10.0, 15.0, 15.0)), 1.0, 0.0) == pytest.approx(
+        (1.0, 0.0)
+    )
     # slow, or no wheel speeds reported (a simulator without them): the commands pass unchanged
     assert SlipControl(BOTH)(_state(1.5, (1.5, 1.5, 3.0, 3.0)), 1.0, 0.0) == pytest.approx((1.0, 0.0))
     assert SlipControl(BOTH)(_state(10.0, (0.0, 0.0, 0.0, 0.0)), 0.0, 1.0) == pytest.approx((0.0, 1.0))
@@ -84,7 +86,9 @@ def test_pid_own_slip_control_equals_the_cars_aids() -> None:
     a, b = (r.trajectory for r in runs)
     assert np.array_equal(a["x"], b["x"]) and np.array_equal(a["vx"], b["vx"])
     bare = make_sim(SimParams(), DriverAidsParams())
-    off = run_lap(bare, track, PidDriver.for_sim(bare, PidParams(traction_control=False)), 0.0, start_speed=3.0, max_seconds=12.0)
+    off = run_lap(
+        bare, track, PidDriver.for_sim(bare, PidParams(traction_control=False)), 0.0, start_speed=3.0, max_seconds=12.0
+    )
     assert not np.array_equal(off.trajectory["vx"], a["vx"])  # the aid was at work in those 12 s
 
 
@@ -94,5 +98,9 @@ def test_source_vec_env_workers_drive_the_aided_car() -> None:
 
     track = open_surface(0.15)
     assert all(isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 2, BOTH).cars)
-    assert all(isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 1).cars)  # the one car by default
-    assert not any(isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 1, DriverAidsParams()).cars)  # the bare car
+    assert all(
+        isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 1).cars
+    )  # the one car by default
+    assert not any(
+        isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 1, DriverAidsParams()).cars
+    )  # the bare car

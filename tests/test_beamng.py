@@ -116,12 +116,16 @@ def test_unknown_message_raises_in_beamngpy(standin: BeamngStandin) -> None:
         bng.disconnect()
 
 
-def test_an_error_reply_is_a_rejection_not_a_lost_connection(standin: BeamngStandin, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_error_reply_is_a_rejection_not_a_lost_connection(
+    standin: BeamngStandin, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """BeamNG answering a request with bngError is SimulatorRejected (never retried), not SimulatorLost."""
     s = BeamngSim(BeamngParams(port=standin.port, request_timeout=TIMEOUT))
     try:
         s.reset(circle_track(), 340.0, -25.0, np.pi / 2, 5.0)
-        monkeypatch.setattr(s._vehicle, "control", lambda **kw: s._bng.control.get_gamestate())  # answered with bngError
+        monkeypatch.setattr(
+            s._vehicle, "control", lambda **kw: s._bng.control.get_gamestate()
+        )  # answered with bngError
         with pytest.raises(SimulatorRejected, match=r"rejected the step: BNGError: .*Unknown message type") as e:
             s.step(Control(0.0, 0.2, 0.0))
         assert not isinstance(e.value, SimulatorLost)
@@ -171,7 +175,9 @@ def test_every_connection_is_bounded_by_the_request_timeout(standin: BeamngStand
     class Changed:  # a beamngpy whose Connection keeps its socket elsewhere
         skt = None
 
-    with pytest.raises(SimulatorError, match=r"cannot bound the test connection to 60 s: beamngpy .* no longer has Connection.skt.skt"):
+    with pytest.raises(
+        SimulatorError, match=r"cannot bound the test connection to 60 s: beamngpy .* no longer has Connection.skt.skt"
+    ):
         set_socket_timeout(Changed(), 60.0, "the test connection")
 
 
@@ -184,11 +190,16 @@ def test_the_self_check_catches_a_flipped_rotation(standin: BeamngStandin, monke
     try:
         right = adapter.yaw_to_rot_quat
         monkeypatch.setattr(adapter, "yaw_to_rot_quat", lambda yaw, safe_spawn: right(-yaw, safe_spawn))
-        with pytest.raises(adapter.BeamngMismatch, match=r"^BeamNG reset \(teleport\): asked heading 30.0 deg, got -30.0 deg: rotation convention$"):
+        with pytest.raises(
+            adapter.BeamngMismatch,
+            match=r"^BeamNG reset \(teleport\): asked heading 30.0 deg, got -30.0 deg: rotation convention$",
+        ):
             s.reset(circle_track(), 340.0, -25.0, math.radians(30.0), 0.0)
         monkeypatch.setattr(adapter, "yaw_to_rot_quat", right)
         s._origin = s._origin + 2.0  # s3 thinks the track lies elsewhere in the level
-        with pytest.raises(adapter.BeamngMismatch, match=r"asked \(340.00, -25.00\) m, got \(338.00, -27.00\) m, 2.83 m away"):
+        with pytest.raises(
+            adapter.BeamngMismatch, match=r"asked \(340.00, -25.00\) m, got \(338.00, -27.00\) m, 2.83 m away"
+        ):
             s.reset(circle_track(), 340.0, -25.0, np.pi / 2, 0.0)
     finally:
         s.close()
@@ -196,7 +207,9 @@ def test_the_self_check_catches_a_flipped_rotation(standin: BeamngStandin, monke
     try:
         s.reset(circle_track(), 340.0, -25.0, np.pi / 2, 0.0)  # connects the vehicle
         monkeypatch.setattr(s._vehicle, "set_velocity", lambda v, dt: None)  # the start speed never arrives
-        with pytest.raises(adapter.BeamngMismatch, match=r"run-up to 12 m/s\): asked 12.00 m/s forward, got -?0.00 m/s"):
+        with pytest.raises(
+            adapter.BeamngMismatch, match=r"run-up to 12 m/s\): asked 12.00 m/s forward, got -?0.00 m/s"
+        ):
             s.reset(circle_track(), 340.0, -25.0, np.pi / 2, 12.0)
     finally:
         s.close()
@@ -233,7 +246,9 @@ def test_quat_from_dir_worked_examples() -> None:
     np.testing.assert_allclose(quat_from_dir((0.0, 1.0, 0.0)), (0.0, 0.0, 0.0, 1.0), atol=1e-12)
     np.testing.assert_allclose(quat_from_dir((1.0, 0.0, 0.0)), (0.0, 0.0, math.sqrt(0.5), math.sqrt(0.5)), atol=1e-12)
     for d in ((0.3, -0.8, 0.0), (-1.0, 0.2, 0.1)):
-        np.testing.assert_allclose(lua_rotate(quat_from_dir(d), (0.0, 1.0, 0.0)), np.array(d) / np.linalg.norm(d), atol=1e-12)
+        np.testing.assert_allclose(
+            lua_rotate(quat_from_dir(d), (0.0, 1.0, 0.0)), np.array(d) / np.linalg.norm(d), atol=1e-12
+        )
 
 
 def test_a_teleport_quaternion_gives_the_dir_beamng_lua_gives() -> None:
@@ -242,9 +257,14 @@ def test_a_teleport_quaternion_gives_the_dir_beamng_lua_gives() -> None:
     from s3.sim.beamng_standin.rotation import heading, teleport_rotation
 
     here = (0.0, 0.0, 0.0, 1.0)
-    cases = [((0.0, 0.0, 0.0, 1.0), False, -90.0), ((0.0, 0.0, 0.0, 1.0), True, 90.0),
-             ((0.0, 0.0, math.sqrt(0.5), math.sqrt(0.5)), False, 180.0), ((0.0, 0.0, math.sqrt(0.5), math.sqrt(0.5)), True, 0.0),
-             ((0.0, 0.0, 1.0, 0.0), False, 90.0), ((0.0, 0.0, 1.0, 0.0), True, -90.0)]  # fmt: skip
+    cases = [
+        ((0.0, 0.0, 0.0, 1.0), False, -90.0),
+        ((0.0, 0.0, 0.0, 1.0), True, 90.0),
+        ((0.0, 0.0, math.sqrt(0.5), math.sqrt(0.5)), False, 180.0),
+        ((0.0, 0.0, math.sqrt(0.5), math.sqrt(0.5)), True, 0.0),
+        ((0.0, 0.0, 1.0, 0.0), False, 90.0),
+        ((0.0, 0.0, 1.0, 0.0), True, -90.0),
+    ]
     for rot, safe, deg in cases:
         got = math.degrees(heading(teleport_rotation(rot, safe, here)))
         assert abs(((got - deg + 180.0) % 360.0) - 180.0) < 1e-9, (rot, safe, got, deg)
@@ -294,7 +314,9 @@ def drive(s: SourceSim, track: Track, s0: float, speed: float) -> list:
 
 
 def as_array(states: list) -> np.ndarray:
-    cols = [(st.time, st.x, st.y, st.yaw, st.vx, st.vy, st.yaw_rate, st.steer, np.mean(st.wheel_speed)) for st in states]
+    cols = [
+        (st.time, st.x, st.y, st.yaw, st.vx, st.vy, st.yaw_rate, st.steer, np.mean(st.wheel_speed)) for st in states
+    ]
     return np.array(cols)
 
 
@@ -359,7 +381,9 @@ def test_ice_patch_switches_the_ground_model_by_lua(standin: BeamngStandin) -> N
     assert standin.mu == 1.0
 
 
-def test_an_ice_switch_that_does_not_take_stops_the_run(standin: BeamngStandin, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_ice_switch_that_does_not_take_stops_the_run(
+    standin: BeamngStandin, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A ground model name the level lacks is BeamNG's Lua error (a rejection); a switch the engine
     ignored is caught by the read-back. Either way the data would be mislabelled: one line, no retry."""
     from s3.sim.beamng import BeamngMismatch
@@ -376,10 +400,17 @@ def test_an_ice_switch_that_does_not_take_stops_the_run(standin: BeamngStandin, 
         finally:
             sim.close()
 
-    with pytest.raises(SimulatorRejected, match=r"rejected the reset: BNGError: Lua error: s3: unknown ground model ASPHALT_WET"):
+    with pytest.raises(
+        SimulatorRejected, match=r"rejected the reset: BNGError: Lua error: s3: unknown ground model ASPHALT_WET"
+    ):
         drive(BeamngParams(port=standin.port, request_timeout=TIMEOUT, ground_model="ASPHALT_WET"))
-    monkeypatch.setattr(standin.world, "scale_ground_model", lambda gm, scale: standin.world.touched.add(gm))  # the engine ignores it
-    with pytest.raises(BeamngMismatch, match=r"^BeamNG ice: asked ASPHALT friction x0.2500, the engine has x1.0000 static, x1.0000 sliding"):
+    monkeypatch.setattr(
+        standin.world, "scale_ground_model", lambda gm, scale: standin.world.touched.add(gm)
+    )  # the engine ignores it
+    with pytest.raises(
+        BeamngMismatch,
+        match=r"^BeamNG ice: asked ASPHALT friction x0.2500, the engine has x1.0000 static, x1.0000 sliding",
+    ):
         drive(BeamngParams(port=standin.port, request_timeout=TIMEOUT))
 
 
@@ -434,7 +465,9 @@ def test_collect_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) -> 
 
 
 def test_factory_makes_the_beamng_backend(standin: BeamngStandin) -> None:
-    params = load_params(None, ["sim.backend=beamng", f"sim.beamng.port={standin.port}", "sim.beamng.request_timeout=5"])
+    params = load_params(
+        None, ["sim.backend=beamng", f"sim.beamng.port={standin.port}", "sim.beamng.request_timeout=5"]
+    )
     assert params.sim.driver_aids.enabled and params.sim.aids() is None  # a BeamNG vehicle brings its own ESC / ABS
     sim = make_sim(params.sim)
     try:
@@ -446,7 +479,9 @@ def test_factory_makes_the_beamng_backend(standin: BeamngStandin) -> None:
         load_params(None, ["sim.backend=beamng", "sim.beamng.steps_per_second=75"])
 
 
-def test_first_contact_check_passes_on_beamng_conventions_and_names_a_flipped_one(standin: BeamngStandin, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_first_contact_check_passes_on_beamng_conventions_and_names_a_flipped_one(
+    standin: BeamngStandin, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`s3 beamng check`: every check passes against the stand-in (whose conventions come from
     BeamNG's Lua); with the rotation flipped the resets fail, say why, and the command exits 1."""
     from typer.testing import CliRunner
@@ -454,20 +489,45 @@ def test_first_contact_check_passes_on_beamng_conventions_and_names_a_flipped_on
     import s3.sim.beamng as adapter
     from s3.cli import app
 
-    ok = CliRunner().invoke(app, ["beamng", "check", "--set", f"sim.beamng.port={standin.port}", "--set", f"sim.beamng.request_timeout={TIMEOUT}"])
+    ok = CliRunner().invoke(
+        app,
+        [
+            "beamng",
+            "check",
+            "--set",
+            f"sim.beamng.port={standin.port}",
+            "--set",
+            f"sim.beamng.request_timeout={TIMEOUT}",
+        ],
+    )
     assert ok.exit_code == 0, ok.output
     assert ok.output.count("ok ") == 7 and "verdict: ready for s3" in ok.output
     right = adapter.yaw_to_rot_quat
     monkeypatch.setattr(adapter, "yaw_to_rot_quat", lambda yaw, safe_spawn: right(-yaw, safe_spawn))
-    bad = CliRunner().invoke(app, ["beamng", "check", "--set", f"sim.beamng.port={standin.port}", "--set", f"sim.beamng.request_timeout={TIMEOUT}"])
+    bad = CliRunner().invoke(
+        app,
+        [
+            "beamng",
+            "check",
+            "--set",
+            f"sim.beamng.port={standin.port}",
+            "--set",
+            f"sim.beamng.request_timeout={TIMEOUT}",
+        ],
+    )
     assert bad.exit_code == 1
-    assert "FAIL reset heading 30 deg: BeamNG reset (teleport): asked heading 30.0 deg, got -30.0 deg: rotation convention" in bad.output
+    assert (
+        "FAIL reset heading 30 deg: BeamNG reset (teleport): asked heading 30.0 deg, got -30.0 deg: rotation convention"
+        in bad.output
+    )
     assert "ok   reset heading 0 deg" in bad.output  # a sign flip is invisible at 0 (and 180) deg
     assert "verdict: NOT ready" in bad.output and "ok   ice switch" in bad.output
 
 
 def test_standin_command_line() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "s3.sim.beamng_standin", "--port", "0"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "s3.sim.beamng_standin", "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
     try:
         line = proc.stdout.readline()
         assert "listening on 127.0.0.1:" in line and "v1.27" in line
@@ -492,11 +552,16 @@ def test_evaluate_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) ->
         params = load_params(
             None,
             [
-                f"sim.backend={backend}", "sim.beamng.host=127.0.0.1", f"sim.beamng.port={standin.port}",
-                f"sim.beamng.request_timeout={TIMEOUT}", "evaluate.conditions=[nominal]",
-                "evaluate.start_fractions=[0.0]", "evaluate.tracks=[road_course]", "evaluate.gif=false",
+                f"sim.backend={backend}",
+                "sim.beamng.host=127.0.0.1",
+                f"sim.beamng.port={standin.port}",
+                f"sim.beamng.request_timeout={TIMEOUT}",
+                "evaluate.conditions=[nominal]",
+                "evaluate.start_fractions=[0.0]",
+                "evaluate.tracks=[road_course]",
+                "evaluate.gif=false",
             ],
-        )  # fmt: skip
+        )
         return evaluate_baseline("pid", params, tmp_path / f"{backend}.json", None)
 
     bng, mj = run("beamng"), run("mujoco")

@@ -25,8 +25,17 @@ from s3.rl.train import train
 COMPARED = ("data", "models", "policies", "plots")
 IGNORED = (".s3_lock",)  # the workspace lock (holds a pid), in .dvcignore
 COLLECT = ["collect.episodes=8", "collect.episode_steps=80", "collect.episodes_per_shard=3", "collect.n_tracks=3"]
-DISTILL = {"history": 5, "horizon": 5, "val_fraction": 0.2, "test_fraction": 0.2, "eval_stride": 10, "divergence_seconds": 2.0,
-           "throughput_sizes": [1], "device": "cpu", "progress_bar": False}  # fmt: skip
+DISTILL = {
+    "history": 5,
+    "horizon": 5,
+    "val_fraction": 0.2,
+    "test_fraction": 0.2,
+    "eval_stride": 10,
+    "divergence_seconds": 2.0,
+    "throughput_sizes": [1],
+    "device": "cpu",
+    "progress_bar": False,
+}
 TRAIN = {
     "seed": 1,
     "device": "cpu",
@@ -38,7 +47,13 @@ TRAIN = {
     "progress_bar": False,
     "env": {"num_envs": 64, "episode_seconds": 10.0},
     "tracks": {"pool_size": 2, "validation_tracks": 1, "validation_starts": 1},
-    "ppo": {"num_steps_per_env": 8, "actor_hidden": [32], "critic_hidden": [32], "learning_epochs": 1, "mini_batches": 1},
+    "ppo": {
+        "num_steps_per_env": 8,
+        "actor_hidden": [32],
+        "critic_hidden": [32],
+        "learning_epochs": 1,
+        "mini_batches": 1,
+    },
 }
 
 
@@ -47,9 +62,28 @@ def _pipeline(ws: Path, workers: int, monkeypatch: pytest.MonkeyPatch) -> dict[s
     ws.mkdir()
     monkeypatch.chdir(ws)
     torch.set_num_threads(1)
-    collect(load_params(None, [*COLLECT, f"collect.workers={workers}"]), Path("."), quiet=True, metrics_path=Path("metrics/collect.json"))
-    distill("bicycle", Path("data/rollouts"), Path("models"), Path("metrics/distill"), Path("plots/distill"), DistillParams(**DISTILL))
-    train("bicycle", Path("models"), Path("policies"), Path("plots/train"), TrainParams.model_validate(TRAIN), Path("metrics/train"))
+    collect(
+        load_params(None, [*COLLECT, f"collect.workers={workers}"]),
+        Path("."),
+        quiet=True,
+        metrics_path=Path("metrics/collect.json"),
+    )
+    distill(
+        "bicycle",
+        Path("data/rollouts"),
+        Path("models"),
+        Path("metrics/distill"),
+        Path("plots/distill"),
+        DistillParams(**DISTILL),
+    )
+    train(
+        "bicycle",
+        Path("models"),
+        Path("policies"),
+        Path("plots/train"),
+        TrainParams.model_validate(TRAIN),
+        Path("metrics/train"),
+    )
     files = sorted(f for d in COMPARED for f in (ws / d).rglob("*") if f.is_file() and f.name not in IGNORED)
     for f in files:
         assert str(ws).encode() not in f.read_bytes(), f"{f.relative_to(ws)} holds its workspace's absolute path"
@@ -61,12 +95,25 @@ def _pipeline(ws: Path, workers: int, monkeypatch: pytest.MonkeyPatch) -> dict[s
 def test_same_inputs_give_the_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = _pipeline(tmp_path / "a", 1, monkeypatch)
     second = _pipeline(tmp_path / "b", 2, monkeypatch)
-    expected = {"data/rollouts/manifest.json", "data/rollouts/shard-00000.parquet", "models/bicycle/model.json",
-                "models/bicycle/model.safetensors", "policies/bicycle/policy.onnx", "policies/bicycle/policy.json",
-                "policies/bicycle/policy.safetensors", "plots/train/bicycle.png", "plots/collect/sample_episodes.png",
-                "policies/bicycle/checkpoints/index.json", "policies/bicycle/checkpoints/1024.safetensors"}  # fmt: skip
+    expected = {
+        "data/rollouts/manifest.json",
+        "data/rollouts/shard-00000.parquet",
+        "models/bicycle/model.json",
+        "models/bicycle/model.safetensors",
+        "policies/bicycle/policy.onnx",
+        "policies/bicycle/policy.json",
+        "policies/bicycle/policy.safetensors",
+        "plots/train/bicycle.png",
+        "plots/collect/sample_episodes.png",
+        "policies/bicycle/checkpoints/index.json",
+        "policies/bicycle/checkpoints/1024.safetensors",
+    }
     assert expected <= set(first), sorted(first)
     assert set(first) == set(second)
     assert [f for f in first if first[f] != second[f]] == []
-    for f in ("metrics/collect.json", "metrics/distill/bicycle.json", "metrics/train/bicycle.json"):  # the timings went here
+    for f in (
+        "metrics/collect.json",
+        "metrics/distill/bicycle.json",
+        "metrics/train/bicycle.json",
+    ):  # the timings went here
         assert (tmp_path / "a" / f).exists() and (tmp_path / "b" / f).exists()

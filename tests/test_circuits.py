@@ -20,7 +20,12 @@ from s3.tracks.road_course import ICE_MU, ICE_PATCHES
 from s3.tracks.track import Track, TrackError
 
 DESIGNS = {**design_circuits.DESIGNS, "road_course": design_road_course.ROAD_COURSE}
-LENGTHS = {"road_course": (2700.0, 2900.0), "street": (1200.0, 1800.0), "flowing": (3000.0, 4000.0), "short": (500.0, 800.0)}
+LENGTHS = {
+    "road_course": (2700.0, 2900.0),
+    "street": (1200.0, 1800.0),
+    "flowing": (3000.0, 4000.0),
+    "short": (500.0, 800.0),
+}
 
 
 # ---------------------------------------------------------------------- the circuits
@@ -63,7 +68,10 @@ def test_the_three_evaluation_circuits_differ_measurably() -> None:
     # road course: hairpins and sweepers on one lap, the widest spread
     assert road["radius_min_m"] < 16.0 and road["radius_max_m"] > 190.0 and road["radius_ratio"] > 10.0
     assert road["radius_ratio"] > flowing["radius_ratio"] > 3.0 * street["radius_ratio"] / 1.9
-    assert road["radius_median_m"] < 0.5 * flowing["radius_median_m"] and street["radius_median_m"] < 0.5 * road["radius_median_m"]
+    assert (
+        road["radius_median_m"] < 0.5 * flowing["radius_median_m"]
+        and street["radius_median_m"] < 0.5 * road["radius_median_m"]
+    )
 
 
 def test_corner_detection_matches_the_designed_layout() -> None:
@@ -86,7 +94,9 @@ def test_corner_detection_across_the_start_line_and_on_a_circle() -> None:
     assert len(again) == len(base) and again[-1].exit > rolled.length > again[-1].entry  # one corner, wrapping
     assert sorted(round(c.radius, 1) for c in again) == sorted(round(c.radius, 1) for c in base)
     labelled = rule_ice_patches(rolled)
-    assert len(labelled) == 6 and all(_apart(p, q, rolled.length) for i, (_, p) in enumerate(labelled) for _, q in labelled[i + 1 :])
+    assert len(labelled) == 6 and all(
+        _apart(p, q, rolled.length) for i, (_, p) in enumerate(labelled) for _, q in labelled[i + 1 :]
+    )
     a = np.linspace(0.0, 2.0 * np.pi, 300, endpoint=False)
     circle = Track("circle", 50.0 * np.stack([np.cos(a), np.sin(a)], axis=1), np.full(300, 5.0), np.full(300, 5.0))
     (only,) = detect_corners(circle)
@@ -105,7 +115,9 @@ def _apart(a, b, length: float) -> bool:
 def test_rule_patches_are_deterministic_disjoint_inside_the_lap_and_where_documented(name: str, tmp_path: Path) -> None:
     t = evaluation_track(name)
     labelled = rule_ice_patches(t)
-    fresh = Track(name, np.array(t.centerline), np.array(t.w_left), np.array(t.w_right))  # a new instance, same geometry
+    fresh = Track(
+        name, np.array(t.centerline), np.array(t.w_left), np.array(t.w_right)
+    )  # a new instance, same geometry
     assert rule_ice_patches(fresh) == labelled
     assert len(labelled) == (6 if name == "short" else 7)
     labels, patches = [lab for lab, _ in labelled], [p for _, p in labelled]
@@ -160,7 +172,9 @@ def test_a_user_csv_loads_through_evaluation_track(tmp_path: Path) -> None:
     t = evaluation_track(str(path))
     assert t.name == "harbour" and t.length == pytest.approx(evaluation_track("short").length, abs=0.01)
     ice = evaluation_track(path, "ice")
-    assert ice.name == "harbour_ice" and [p for _, p in rule_ice_patches(t)] == list(ice.patches)  # no sidecar: the rule
+    assert ice.name == "harbour_ice" and [p for _, p in rule_ice_patches(t)] == list(
+        ice.patches
+    )  # no sidecar: the rule
     assert circuit_stats(t)["corners"] == 6
     with pytest.raises(TrackError, match="neither a built-in circuit"):
         evaluation_track(str(tmp_path / "missing.csv"))
@@ -172,7 +186,9 @@ def test_a_sidecar_overrides_the_rule(tmp_path: Path) -> None:
     path = _user_csv(tmp_path)
     sidecar = ice_sidecar(path)
     assert sidecar == tmp_path / "my.ice.csv"
-    sidecar.write_text("# s_start_m,s_end_m,d_min_m,d_max_m,mu,label\n10,40,-7,7,0.15,start straight, full width\n\n650,20,0,7,0.2\n")
+    sidecar.write_text(
+        "# s_start_m,s_end_m,d_min_m,d_max_m,mu,label\n10,40,-7,7,0.15,start straight, full width\n\n650,20,0,7,0.2\n"
+    )
     labelled = ice_patches(str(path))
     assert [lab for lab, _ in labelled] == ["start straight, full width", "patch 2 (650-20 m)"]
     assert labelled[1][1].s_end == 20.0 and labelled[1][1].mu == 0.2  # wraps past the start line

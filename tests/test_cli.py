@@ -51,7 +51,17 @@ def test_evaluate_takes_any_racing_csv(tmp_path: Path, monkeypatch) -> None:
         shutil.copyfile(src, tmp_path / "my_circuit.csv")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("S3_MLFLOW", "0")
-    args = ["evaluate", "--family", "pid", "--track", "my_circuit.csv", "--set", "evaluate.start_fractions=[0.0]", "--set", "evaluate.workers=1"]
+    args = [
+        "evaluate",
+        "--family",
+        "pid",
+        "--track",
+        "my_circuit.csv",
+        "--set",
+        "evaluate.start_fractions=[0.0]",
+        "--set",
+        "evaluate.workers=1",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert not (tmp_path / "metrics/eval/pid.json").exists()  # the pipeline's suite result is not overwritten

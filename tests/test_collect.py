@@ -128,7 +128,9 @@ def test_resume_rewrites_only_missing_shards(dataset: tuple[Path, pd.DataFrame],
     pd.testing.assert_frame_equal(load_rollouts(out), ref)
 
 
-def test_resume_redoes_shards_that_are_corrupted_or_from_other_params(dataset: tuple[Path, pd.DataFrame], tmp_path: Path) -> None:
+def test_resume_redoes_shards_that_are_corrupted_or_from_other_params(
+    dataset: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
     _, ref = dataset
     params = tiny(tmp_path, "collect.workers=1")
     collect(params, quiet=True)
@@ -168,9 +170,16 @@ def test_careful_driver_stays_on_track() -> None:
     """Without noise or events the explorer is a competent driver: the data's off-track rows come from the perturbations."""
     params = load_params(
         None,
-        [*TINY, "collect.episode_steps=300", "collect.driver.steer_noise=0", "collect.driver.pedal_noise=0",
-         "collect.driver.event_rate=0", "collect.driver.lateral_accel=[6, 6]", "collect.ice_episode_fraction=0"],
-    )  # fmt: skip
+        [
+            *TINY,
+            "collect.episode_steps=300",
+            "collect.driver.steer_noise=0",
+            "collect.driver.pedal_noise=0",
+            "collect.driver.event_rate=0",
+            "collect.driver.lateral_accel=[6, 6]",
+            "collect.ice_episode_fraction=0",
+        ],
+    )
     sim = make_sim(params.sim)
     df, why = run_episode(sim, params, 0)
     assert df is not None, why
@@ -187,11 +196,17 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(dataset: tuple[Path, pd.
     _, ref = dataset
     out = tmp_path / "rollouts"
     record = tmp_path / "metrics" / "collect.json"
-    sets = [a for o in [*TINY, "collect.workers=1", f"collect.out_dir={out}", f"collect.plot_dir={tmp_path}/plots"] for a in ("--set", o)]
+    sets = [
+        a
+        for o in [*TINY, "collect.workers=1", f"collect.out_dir={out}", f"collect.plot_dir={tmp_path}/plots"]
+        for a in ("--set", o)
+    ]
     cmd = [sys.executable, "-m", "s3", "collect", "--quiet", *sets]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while not ((out / shard_name(0)).exists() and record.exists()) and time.monotonic() < deadline and proc.poll() is None:
+    while (
+        not ((out / shard_name(0)).exists() and record.exists()) and time.monotonic() < deadline and proc.poll() is None
+    ):
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -210,4 +225,6 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(dataset: tuple[Path, pd.
     for s in before["shards"]:  # the killed run's shards keep their seconds
         assert next(a for a in after["shards"] if a["file"] == s["file"])["seconds"] == s["seconds"]
     if all(s["seconds"] is not None for s in after["shards"]):
-        assert after["wall_seconds_total"] == pytest.approx(sum(s["seconds"] for s in after["shards"]) / after["workers"], abs=0.01)
+        assert after["wall_seconds_total"] == pytest.approx(
+            sum(s["seconds"] for s in after["shards"]) / after["workers"], abs=0.01
+        )

@@ -45,7 +45,10 @@ def test_overrides_reach_nested_sections() -> None:
         ("nonsense", "expected section.key=value"),
         ("sim.control_dt=0.101", "must be a whole number of mujoco.timestep"),
         ("families.kart.model=kart", "families.kart: no such model family in s3.dynamics.registry"),
-        ("families.ddm.distill=[distill.ddm, distill.nope, distill.seed]", "families.ddm.distill[1]: 'distill.nope' is not a distill.* key"),
+        (
+            "families.ddm.distill=[distill.ddm, distill.nope, distill.seed]",
+            "families.ddm.distill[1]: 'distill.nope' is not a distill.* key",
+        ),
         ("policies_in_models.oracle.model=kart", "policies_in_models.oracle.model: 'kart' is not one of bicycle, ddm"),
         ("train.per_policy.kart={}", "train.per_policy.kart: not one of the policies"),
     ],
@@ -84,7 +87,13 @@ def test_cli_prints_one_line_and_exits_2(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_the_families_and_policies_come_from_params_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = load_params(ROOT / "params.yaml")
-    assert p.models() == {"bicycle": "bicycle", "ddm": "ddm", "transformer": "transformer", "dytr": "dytr", "oracle": "dytr"}
+    assert p.models() == {
+        "bicycle": "bicycle",
+        "ddm": "ddm",
+        "transformer": "transformer",
+        "dytr": "dytr",
+        "oracle": "dytr",
+    }
     assert p.policies() == [*p.models(), "direct"] and load_params(ROOT / "params_quick.yaml").models() == p.models()
     shrunk = tmp_path / "params.yaml"  # what dvc.yaml's foreach stages need of the file is checked too
     shrunk.write_text((ROOT / "params.yaml").read_text().replace("    dytr: {}\n", "", 1))
@@ -92,4 +101,6 @@ def test_the_families_and_policies_come_from_params_yaml(tmp_path: Path, monkeyp
         load_params(shrunk)
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["train", "--family", "kart", "--params", str(ROOT / "params.yaml")])
-    assert result.exit_code == 2 and "(params.yaml: families, policies_in_models; direct)" in result.output, result.output
+    assert result.exit_code == 2 and "(params.yaml: families, policies_in_models; direct)" in result.output, (
+        result.output
+    )

@@ -46,7 +46,9 @@ def _pure_pursuit(e: SourceVecEnv) -> PurePursuit:
 
 def test_observation_is_the_distilled_layout_and_values(env, tracks) -> None:
     """Same EnvParams -> same layout; from the same start pose the track-side groups agree."""
-    dist = DistilledEnv(BicycleModel(history=5, dt=0.1, use_mu=False), tracks, EnvParams(num_envs=N), device="cpu", seed=0)
+    dist = DistilledEnv(
+        BicycleModel(history=5, dt=0.1, use_mu=False), tracks, EnvParams(num_envs=N), device="cpu", seed=0
+    )
     assert env.num_obs == dist.num_obs and env.layout.to_json() == dist.layout.to_json()
     assert env.get_observations()["policy"].shape == (N, dist.num_obs)
     start = (torch.tensor([0, 0, 1, 1]), torch.tensor([10.0, 200.0, 50.0, 300.0]), torch.tensor([0.0, 1.0, -1.0, 0.5]))
@@ -103,7 +105,14 @@ TINY = {
     "progress_bar": False,
     "ppo": {"actor_hidden": [32], "critic_hidden": [32], "learning_epochs": 1, "mini_batches": 1},
     "tracks": {"pool_size": 2, "validation_tracks": 2, "validation_starts": 1},
-    "direct": {"num_envs": 4, "workers": 2, "pool_size": 2, "num_steps_per_env": 8, "chunk_iterations": 2, "validation_seconds": 1.0},
+    "direct": {
+        "num_envs": 4,
+        "workers": 2,
+        "pool_size": 2,
+        "num_steps_per_env": 8,
+        "chunk_iterations": 2,
+        "validation_seconds": 1.0,
+    },
 }
 
 
@@ -114,10 +123,24 @@ def test_tiny_train_direct_writes_a_policy_the_evaluator_drives(tmp_path, monkey
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     params = Params.model_validate({"train": TINY})  # the one car (driver aids on by default), in the workers
-    summary = train_direct(params, tmp_path / "policies", tmp_path / "plots", tmp_path / "metrics" / "train", budget_s=15.0)
-    assert summary["mlflow_run_id"] is None and not (tmp_path / "mlflow.db").exists()  # MLflow is off inside pytest: no run, no database
+    summary = train_direct(
+        params, tmp_path / "policies", tmp_path / "plots", tmp_path / "metrics" / "train", budget_s=15.0
+    )
+    assert (
+        summary["mlflow_run_id"] is None and not (tmp_path / "mlflow.db").exists()
+    )  # MLflow is off inside pytest: no run, no database
     saved = json.loads((tmp_path / "metrics" / "train" / "direct.json").read_text())
-    for key in ("wall_s", "budget_s", "env_steps", "env_steps_per_s", "workers", "num_envs", "iterations", "validation", "learning_curve"):
+    for key in (
+        "wall_s",
+        "budget_s",
+        "env_steps",
+        "env_steps_per_s",
+        "workers",
+        "num_envs",
+        "iterations",
+        "validation",
+        "learning_curve",
+    ):
         assert key in saved, key
     assert saved["workers"] == 2 and saved["num_envs"] == 4 and saved["budget_s"] == 15.0
     assert summary["iterations"] >= 1 and saved["env_steps"] == summary["iterations"] * 4 * 8
@@ -139,18 +162,37 @@ def test_tiny_train_direct_writes_a_policy_the_evaluator_drives(tmp_path, monkey
 
 def test_bench_reports_source_and_direct_rates() -> None:
     params = TrainParams.model_validate(
-        {"ppo": {"num_steps_per_env": 4, "learning_epochs": 1, "mini_batches": 1}, "direct": {"num_envs": 4, "num_steps_per_env": 4}}
+        {
+            "ppo": {"num_steps_per_env": 4, "learning_epochs": 1, "mini_batches": 1},
+            "direct": {"num_envs": 4, "num_steps_per_env": 4},
+        }
     )
-    out = bench_env("bicycle", sizes=(16,), params=params, env_seconds=0.1, train_iterations=1, n_tracks=2,
-                    model=BicycleModel(history=5, dt=0.1, use_mu=False), source_seconds=0.3, direct_seconds=0.3, direct_workers=2)  # fmt: skip
+    out = bench_env(
+        "bicycle",
+        sizes=(16,),
+        params=params,
+        env_seconds=0.1,
+        train_iterations=1,
+        n_tracks=2,
+        model=BicycleModel(history=5, dt=0.1, use_mu=False),
+        source_seconds=0.3,
+        direct_seconds=0.3,
+        direct_workers=2,
+    )
     for key in SOURCE_KEYS:
         assert out[key] is not None, key
     assert out["direct_workers"] == 2 and set(out["env_vs_source"]) == set(out["ppo_vs_direct"]) == {"16"}
     # the ratios are the rates they claim to compare (rounded to 2 decimals)
-    assert out["env_vs_source"]["16"] == pytest.approx(out["env_steps_per_s"]["16"] / out["source_control_steps_per_s"], abs=0.006)
-    assert out["ppo_vs_direct"]["16"] == pytest.approx(out["train_steps_per_s"]["16"] / out["direct_ppo_steps_per_s"], abs=0.006)
+    assert out["env_vs_source"]["16"] == pytest.approx(
+        out["env_steps_per_s"]["16"] / out["source_control_steps_per_s"], abs=0.006
+    )
+    assert out["ppo_vs_direct"]["16"] == pytest.approx(
+        out["train_steps_per_s"]["16"] / out["direct_ppo_steps_per_s"], abs=0.006
+    )
     # PPO steps include the env steps they collect: no faster than stepping the same env alone
-    assert out["direct_ppo_steps_per_s"] <= 1.10 * out["direct_env_steps_per_s"]  # two timings of a shared machine: 10 % slack
+    assert (
+        out["direct_ppo_steps_per_s"] <= 1.10 * out["direct_env_steps_per_s"]
+    )  # two timings of a shared machine: 10 % slack
     assert out["train_steps_per_s"]["16"] <= 1.05 * out["env_steps_per_s"]["16"]
     json.dumps(out, allow_nan=False)
 
@@ -182,7 +224,10 @@ def test_direct_keeps_its_checkpoint_by_the_distilled_rule() -> None:
     choice = ValidateInSource.__new__(ValidateInSource)
     choice.params = Params.model_validate({"train": {**TINY, "validation_tolerance": 0.1}})
     choice.last = {"iteration": 7, "env_steps": 256}
-    choice.validated = [{"score": s, "iteration": i, "env_steps": 32 * i, "summary": {}, "actor": i} for i, s in enumerate([0.5, 0.9, 0.85, 0.2])]
+    choice.validated = [
+        {"score": s, "iteration": i, "env_steps": 32 * i, "summary": {}, "actor": i}
+        for i, s in enumerate([0.5, 0.9, 0.85, 0.2])
+    ]
     trainer = Trainer()
     kept = choice.choose(trainer)
     assert kept["iteration"] == 2 and trainer.loaded["actor"] == 2  # 0.85 >= 0.9 - 0.1, and later than the best
@@ -198,7 +243,13 @@ def test_a_skipped_direct_is_recorded_by_train_and_evaluate(tmp_path) -> None:
     params = Params.model_validate({"sim": {"backend": "beamng"}, "train": TINY})
     summary = train_direct(params, tmp_path / "policies", None, tmp_path / "metrics")
     assert "sim.backend 'mujoco'" in summary["skipped"] and not (tmp_path / "policies/direct/policy.json").exists()
-    out = skipped_policy("direct", tmp_path / "policies/direct", tmp_path / "eval/direct.json", tmp_path / "plots/direct")
-    assert out == {"driver": "direct", "skipped": summary["skipped"]} == json.loads((tmp_path / "eval/direct.json").read_text())
+    out = skipped_policy(
+        "direct", tmp_path / "policies/direct", tmp_path / "eval/direct.json", tmp_path / "plots/direct"
+    )
+    assert (
+        out
+        == {"driver": "direct", "skipped": summary["skipped"]}
+        == json.loads((tmp_path / "eval/direct.json").read_text())
+    )
     assert (tmp_path / "plots/direct/skipped.txt").read_text().strip() == summary["skipped"]
     assert skipped_policy("ddm", tmp_path / "policies/ddm", tmp_path / "eval/ddm.json", tmp_path / "plots/ddm") is None

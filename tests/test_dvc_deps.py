@@ -115,7 +115,9 @@ def _command_modules(command: str) -> set[str]:
 def _inert(module: str) -> bool:
     """True when the module's file holds nothing but a docstring."""
     body = ast.parse(_file(module).read_text()).body
-    return all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str) for n in body)
+    return all(
+        isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str) for n in body
+    )
 
 
 def stage_modules(command: str) -> set[str]:
@@ -140,7 +142,10 @@ def _stages() -> dict[str, tuple[str, tuple[str, ...]]]:
 
     with Repo(str(ROOT)) as repo:
         return {
-            st.addressing: (st.cmd.split()[1], tuple(d.def_path for d in st.deps if not isinstance(d, ParamsDependency)))
+            st.addressing: (
+                st.cmd.split()[1],
+                tuple(d.def_path for d in st.deps if not isinstance(d, ParamsDependency)),
+            )
             for st in repo.index.stages
             if st.cmd.startswith("s3 ")
         }
@@ -155,7 +160,15 @@ def test_the_closure_follows_lazy_and_string_imports() -> None:
 
 def test_every_stage_runs_an_s3_command() -> None:
     stages = _stages()
-    assert {"collect", "distill@bicycle", "train@oracle", "train_direct", "evaluate@direct", "evaluate_baseline@pid", "report"} <= set(stages)
+    assert {
+        "collect",
+        "distill@bicycle",
+        "train@oracle",
+        "train_direct",
+        "evaluate@direct",
+        "evaluate_baseline@pid",
+        "report",
+    } <= set(stages)
     from s3.cli import app
 
     commands = {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}
@@ -167,6 +180,10 @@ def test_stage_deps_cover_the_source_it_runs(stage: str) -> None:
     command, deps = _stages()[stage]
     dep_paths = [ROOT / d for d in deps]
     missing = sorted(
-        str(f.relative_to(ROOT)) for f in (_file(m) for m in stage_modules(command) if not _inert(m)) if not any(f == d or d in f.parents for d in dep_paths)
+        str(f.relative_to(ROOT))
+        for f in (_file(m) for m in stage_modules(command) if not _inert(m))
+        if not any(f == d or d in f.parents for d in dep_paths)
     )
-    assert not missing, f"dvc.yaml: {stage} (`s3 {command}`) runs these files but lists none of them or their folders as deps: {missing}"
+    assert not missing, (
+        f"dvc.yaml: {stage} (`s3 {command}`) runs these files but lists none of them or their folders as deps: {missing}"
+    )

@@ -237,7 +237,11 @@ def test_combined_slip_trades_lateral_grip_for_drive_and_brake() -> None:
     """Friction ellipse: full power on ice frees the rear axle, full brake frees both; coasting is unchanged."""
     plain, ellipse = SingleTrack(2.6, 1.3, 0.1), SingleTrack(2.6, 1.3, 0.1, combined_slip=True)
     x = torch.tensor([[7.0, -0.5, 0.3, 0.1]])  # a slide: both axles carry lateral force
-    coast, power, brake = torch.tensor([[0.3, 0.0, 0.0]]), torch.tensor([[0.3, 1.0, 0.0]]), torch.tensor([[0.3, 0.0, 1.0]])
+    coast, power, brake = (
+        torch.tensor([[0.3, 0.0, 0.0]]),
+        torch.tensor([[0.3, 1.0, 0.0]]),
+        torch.tensor([[0.3, 0.0, 1.0]]),
+    )
     for mu in (1.0, 0.15):
         assert _axle_forces(ellipse, x, coast, mu) == pytest.approx(_axle_forces(plain, x, coast, mu), rel=1e-6)
     # on ice (rear peak 0.15 g lf / L ~ 0.7 m/s^2) full power (Cm1 5 m/s^2) saturates the rear: its lateral force ~ 0
@@ -249,7 +253,9 @@ def test_combined_slip_trades_lateral_grip_for_drive_and_brake() -> None:
     assert float(dr_ellipse) > float(dr_plain) + 0.5  # the rear lets go: the car yaws into the spin
     assert abs(_axle_forces(ellipse, x, power, 0.15)) < 0.6 * abs(_axle_forces(plain, x, power, 0.15))
     # a brake demand beyond the grip (Cb 12 m/s^2, half per axle, against axle peaks of ~4.9): locked, no lateral force
-    assert abs(_axle_forces(ellipse, x, brake, 1.0, brake=12.0)) < 0.1 * abs(_axle_forces(plain, x, brake, 1.0, brake=12.0))
+    assert abs(_axle_forces(ellipse, x, brake, 1.0, brake=12.0)) < 0.1 * abs(
+        _axle_forces(plain, x, brake, 1.0, brake=12.0)
+    )
     # within the grip (Cb 4: 2 of 4.9 per axle) the ellipse leaves sqrt(1 - 0.41^2) = 0.91 of it
     ratio = _axle_forces(ellipse, x, brake, 1.0, brake=4.0) / _axle_forces(plain, x, brake, 1.0, brake=4.0)
     assert 0.85 < ratio < 0.95
@@ -275,7 +281,9 @@ def test_bicycle_least_squares_recovers_a_kinematic_car() -> None:
     rng = np.random.default_rng(0)
     n = 4000
     s0 = np.stack([rng.uniform(2, 25, n), np.zeros(n), np.zeros(n), rng.uniform(-0.4, 0.4, n)], 1).astype(np.float32)
-    a0 = np.stack([rng.uniform(-1, 1, n), rng.uniform(0, 1, n), rng.uniform(0, 1, n) * (rng.random(n) < 0.3)], 1).astype(np.float32)
+    a0 = np.stack(
+        [rng.uniform(-1, 1, n), rng.uniform(0, 1, n), rng.uniform(0, 1, n) * (rng.random(n) < 0.3)], 1
+    ).astype(np.float32)
     with torch.no_grad():
         s1 = car.step(torch.from_numpy(s0)[:, None].repeat(1, K, 1), torch.zeros(n, K, 3), torch.from_numpy(a0)).numpy()
     fit = fit_bicycle(s0, a0, s1, 0.1)
@@ -316,7 +324,14 @@ LEARN_OVERRIDES = {  # the tiny transformer is ~5x cheaper per step and learns f
 
 
 def test_bicycle_distill_writes_everything(rollouts_dir, workspace, results) -> None:
-    m = distill("bicycle", rollouts_dir, workspace["models"], workspace["metrics"], workspace["plots"], DistillParams(**LEARN_PARAMS))
+    m = distill(
+        "bicycle",
+        rollouts_dir,
+        workspace["models"],
+        workspace["metrics"],
+        workspace["plots"],
+        DistillParams(**LEARN_PARAMS),
+    )
     results["bicycle"] = m
     assert (workspace["models"] / "bicycle" / "model.safetensors").exists()
     on_disk = json.loads((workspace["metrics"] / "bicycle.json").read_text())
@@ -331,13 +346,20 @@ def test_bicycle_distill_writes_everything(rollouts_dir, workspace, results) -> 
     assert m["fit"]["steer_decay"] == pytest.approx(math.exp(-0.1 / 0.12), abs=0.08)
 
 
-@pytest.mark.parametrize("family", ["ddm", pytest.param("transformer", marks=pytest.mark.slow), pytest.param("dytr", marks=pytest.mark.slow)])  # ~13 s each
+@pytest.mark.parametrize(
+    "family", ["ddm", pytest.param("transformer", marks=pytest.mark.slow), pytest.param("dytr", marks=pytest.mark.slow)]
+)  # ~13 s each
 def test_learned_family_fits_synthetic_car(family: str, rollouts_dir, workspace, results) -> None:
     params = DistillParams(**{**LEARN_PARAMS, **LEARN_OVERRIDES[family]})
     m = distill(family, rollouts_dir, workspace["models"], workspace["metrics"], workspace["plots"], params)
     results[family] = m
     bike = results.get("bicycle") or distill(
-        "bicycle", rollouts_dir, workspace["models"], workspace["metrics"], workspace["plots"], DistillParams(**LEARN_PARAMS)
+        "bicycle",
+        rollouts_dir,
+        workspace["models"],
+        workspace["metrics"],
+        workspace["plots"],
+        DistillParams(**LEARN_PARAMS),
     )
     assert m["train"]["steps"] > 0 and m["train"]["wall_s"] < 60
     assert m["rollout"]["all"]["fde_1s"] < LEARN_FDE_1S[family], m["rollout"]["all"]
@@ -380,7 +402,10 @@ def test_checkpoint_round_trip(family: str, tmp_path) -> None:
 def test_the_same_weights_save_to_the_same_bytes(tmp_path) -> None:
     """safetensors orders a metadata map at random per save: with two entries, 8 saves agreed with odds 1/128."""
     m = _model("ddm")
-    digests = {hashlib.sha256((save_checkpoint(m, tmp_path / str(i)) / "model.safetensors").read_bytes()).hexdigest() for i in range(8)}
+    digests = {
+        hashlib.sha256((save_checkpoint(m, tmp_path / str(i)) / "model.safetensors").read_bytes()).hexdigest()
+        for i in range(8)
+    }
     assert len(digests) == 1
     assert load_checkpoint(tmp_path / "0", "ddm").family == "ddm"
 

@@ -65,7 +65,9 @@ def reference_derivs(st: SingleTrack, x, a, c, mu, lf, lr) -> torch.Tensor:
     return torch.stack([dvx, dvy, dr, dd], dim=1)
 
 
-def reference_single_track(st: SingleTrack, x: torch.Tensor, a: torch.Tensor, c: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
+def reference_single_track(
+    st: SingleTrack, x: torch.Tensor, a: torch.Tensor, c: torch.Tensor, mu: torch.Tensor
+) -> torch.Tensor:
     """The original RK4 on [N, 4] states."""
     c = c.expand(x.shape[0], -1) if c.dim() == 1 else c
     h, g = st.dt / st.substeps, st.geometry()
@@ -127,7 +129,9 @@ def test_ddm_no_grad_gru_matches_torch_gru() -> None:
     assert_close(fast, ref)
 
 
-def reference_transformer(model: TransformerModel | DyTrModel, tokens: torch.Tensor, extra_last: torch.Tensor | None) -> torch.Tensor:
+def reference_transformer(
+    model: TransformerModel | DyTrModel, tokens: torch.Tensor, extra_last: torch.Tensor | None
+) -> torch.Tensor:
     """The original forward: one batch, every block's full q, k, v, SDPA, the last token's output."""
     net = model.net
     x = net.embed(tokens) + net.pos[: tokens.shape[1]]
@@ -233,7 +237,11 @@ def test_compiled_kernels_do_not_depend_on_the_thread_count() -> None:
 # ---------------------------------------------------------------------------- tracks
 @pytest.fixture(scope="module")
 def batch() -> TrackBatch:
-    ice = (FrictionPatch(50.0, 120.0, -6.0, 0.5, 0.2), FrictionPatch(100.0, 140.0, 0.0, 6.0, 0.5), FrictionPatch(600.0, 30.0, -9.0, 9.0, 0.3))
+    ice = (
+        FrictionPatch(50.0, 120.0, -6.0, 0.5, 0.2),
+        FrictionPatch(100.0, 140.0, 0.0, 6.0, 0.5),
+        FrictionPatch(600.0, 30.0, -9.0, 9.0, 0.3),
+    )
     return TrackBatch([procedural_track(1).with_patches(ice), procedural_track(2), procedural_track(3)], ds=1.0)
 
 
@@ -264,7 +272,12 @@ def reference_friction(tb: TrackBatch, track_idx: torch.Tensor, s: torch.Tensor,
     p = tb.patches[track_idx]  # [N, P, 5]
     length = tb.length[track_idx].unsqueeze(1)
     s, d = s.unsqueeze(1), d.unsqueeze(1)
-    inside = tb.patch_valid[track_idx] & (torch.remainder(s - p[..., 0], length) <= p[..., 1]) & (d >= p[..., 2]) & (d <= p[..., 3])
+    inside = (
+        tb.patch_valid[track_idx]
+        & (torch.remainder(s - p[..., 0], length) <= p[..., 1])
+        & (d >= p[..., 2])
+        & (d <= p[..., 3])
+    )
     last = (inside.long() * torch.arange(1, p.shape[1] + 1)).max(dim=1).values
     mu = p[..., 4].gather(1, (last - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
     return torch.where(last > 0, mu, tb.base_mu[track_idx])
@@ -334,7 +347,13 @@ def reference_preview(env: DistilledEnv) -> tuple[torch.Tensor, torch.Tensor, to
 
 def reference_assemble(hist, track_feats, body, wl, wr, surface) -> torch.Tensor:
     n = hist.shape[0]
-    parts = [hist[:, -1], hist[:, :-1].flip(1).reshape(n, -1), track_feats, body.reshape(n, -1), torch.stack([wl, wr], dim=2).reshape(n, -1)]
+    parts = [
+        hist[:, -1],
+        hist[:, :-1].flip(1).reshape(n, -1),
+        track_feats,
+        body.reshape(n, -1),
+        torch.stack([wl, wr], dim=2).reshape(n, -1),
+    ]
     return torch.cat(parts + ([] if surface is None else [surface]), dim=1)
 
 
@@ -351,7 +370,9 @@ def test_history_windows_preview_and_observation_match_the_plain_code(tracks) ->
             ha = torch.where(keep, torch.cat([ha[:, 1:], env.ha[:, -1:]], 1), env.ha)
             hist = torch.where(keep, torch.cat([hist[:, 1:], env.hist[:, -1:]], 1), env.hist)
             assert torch.equal(env.hs, hs) and torch.equal(env.ha, ha) and torch.equal(env.hist, hist), step
-            assert torch.equal(env.hist[:, :, :4], env.hs[:, -env.hist.shape[1] :])  # the same states (K = 6 > H + 1 = 5)
+            assert torch.equal(
+                env.hist[:, :, :4], env.hs[:, -env.hist.shape[1] :]
+            )  # the same states (K = 6 > H + 1 = 5)
             if step % 15 == 0:
                 xy, wl, wr = reference_preview(env)
                 got_xy, got_w = env.frame.preview()
@@ -365,8 +386,12 @@ def test_history_windows_preview_and_observation_match_the_plain_code(tracks) ->
                 ).view(-1, q)
                 surface = torch.cat([env.frame.mu[:, None], mu_ahead], dim=1)
                 ref = reference_assemble(env.hist, env.track_feats, to_body(xy, env.pose), wl, wr, surface)
-                assert torch.equal(td["policy"], ref) and torch.equal(assemble(env.hist, env.track_feats, to_body(xy, env.pose), wl, wr, surface), ref)
-                assert torch.equal(env.frame.mu, reference_friction(env.tracks, env.track_idx, env.frame.s, env.track_feats[:, 0]))
+                assert torch.equal(td["policy"], ref) and torch.equal(
+                    assemble(env.hist, env.track_feats, to_body(xy, env.pose), wl, wr, surface), ref
+                )
+                assert torch.equal(
+                    env.frame.mu, reference_friction(env.tracks, env.track_idx, env.frame.s, env.track_feats[:, 0])
+                )
         assert dones.any() or env.episode_count > 0
 
 
@@ -375,7 +400,18 @@ def test_projection_across_the_start_line_matches_trackbatch(tracks) -> None:
     tb, w = env.tracks, env.params.projection_window
     ti = torch.tensor([0, 0, 1, 1, 2, 2, 0, 1])
     cnt = tb.count[ti]
-    hint = torch.stack([torch.tensor(0), cnt[1] - 1, torch.tensor(2), cnt[3] - 3, torch.tensor(w), cnt[5] - w - 1, torch.tensor(1), cnt[7] // 2])
+    hint = torch.stack(
+        [
+            torch.tensor(0),
+            cnt[1] - 1,
+            torch.tensor(2),
+            cnt[3] - 3,
+            torch.tensor(w),
+            cnt[5] - w - 1,
+            torch.tensor(1),
+            cnt[7] // 2,
+        ]
+    )
     ahead = torch.tensor([2, 3, -3, 4, -2, 5, -1, 0])  # the cars are a few points from their hints
     s = tb.s_pts[ti * tb.mmax + torch.remainder(hint + ahead, cnt)] + 0.4
     d = torch.tensor([0.0, 1.0, -2.0, 3.0, -1.0, 0.5, 2.0, -3.0])

@@ -30,7 +30,9 @@ def circle(patches: tuple[FrictionPatch, ...] = ()) -> Track:
     return Track("circle", xy, np.full(720, 5.0), np.full(720, 4.0), patches)
 
 
-def straight_run(track: Track, speed: np.ndarray, d: np.ndarray | None = None, vy: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def straight_run(
+    track: Track, speed: np.ndarray, d: np.ndarray | None = None, vy: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """A hand-made trajectory: progress integrates `speed` (sampled every DT) from s = 0."""
     n = len(speed)
     progress = np.concatenate([[0.0], np.cumsum(0.5 * (speed[1:] + speed[:-1]) * DT)])
@@ -127,8 +129,15 @@ def test_known_ice_patch_crossing() -> None:
     tj["vy"][k_peak] = math.tan(0.2) * speed[k_peak]  # sideslip 0.2 rad inside the patch
     tj["vy"][5] = 5.0  # a bigger slip before the patch must not count
     tj["mu"] = np.where(inside, 0.15, 1.0)
-    m = run_metrics(tj, track, completed=False, lap_time=None, progress=float(a[-1]), dt=DT,
-                    patches=[("ice", ice), ("later", later)])  # fmt: skip
+    m = run_metrics(
+        tj,
+        track,
+        completed=False,
+        lap_time=None,
+        progress=float(a[-1]),
+        dt=DT,
+        patches=[("ice", ice), ("later", later)],
+    )
     first, second = m["patches"]
     # speed is linear in time and progress is its exact integral: v(a) = sqrt(v0^2 - 2 a) (1 m/s^2)
     # between samples the metric interpolates linearly, which is exact to ~1e-3 m/s here
@@ -137,8 +146,16 @@ def test_known_ice_patch_crossing() -> None:
     assert first["exit_speed"] == pytest.approx(math.sqrt(400.0 - 300.0), abs=5e-3)
     assert first["peak_sideslip"] == pytest.approx(0.2)
     assert first["touched_patch_mu"]
-    assert second == {"label": "later", "attempted": False, "crossed": False, "crossed_on_track": False,
-                      "entry_speed": None, "exit_speed": None, "peak_sideslip": None, "touched_patch_mu": False}  # fmt: skip
+    assert second == {
+        "label": "later",
+        "attempted": False,
+        "crossed": False,
+        "crossed_on_track": False,
+        "entry_speed": None,
+        "exit_speed": None,
+        "peak_sideslip": None,
+        "touched_patch_mu": False,
+    }
     # the same run leaving the road inside the patch crossed it, but not on track
     tj["d"] = np.where(inside & (a > 120.0), 6.0, 0.0)
     m2 = run_metrics(tj, track, False, None, float(a[-1]), DT, patches=[("ice", ice)])
@@ -236,25 +253,36 @@ def pid_eval(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 def test_pid_completes_the_nominal_circuits(pid_eval: tuple[Path, dict]) -> None:
     tmp, out = pid_eval
     runs = out["runs"]
-    assert len(runs) == 2 * 2 * 2 and {r["seed"] for r in runs} == {0} and not out["lost"]  # circuits x conditions x starts, one "seed"
+    assert (
+        len(runs) == 2 * 2 * 2 and {r["seed"] for r in runs} == {0} and not out["lost"]
+    )  # circuits x conditions x starts, one "seed"
     nominal = [r for r in runs if r["track"] == "road_course" and r["condition"] == "nominal"]
     assert all(r["completed"] for r in nominal), [r["reason"] for r in nominal]
     assert all(100.0 < r["lap_time_s"] < 200.0 for r in nominal)  # ~2.8 km at a realistic road-car pace
     assert all(r["off_track_events"] == 0 and r["min_edge_margin_m"] > 0 for r in nominal)
     ice = [r for r in runs if r["track"] == "road_course" and r["condition"] == "ice"]
-    assert all(r["patches_attempted"] >= 5 for r in ice)  # 7 patches, minus those past the end of a lap from the second start
+    assert all(
+        r["patches_attempted"] >= 5 for r in ice
+    )  # 7 patches, minus those past the end of a lap from the second start
     written = json.loads((tmp / "metrics" / "pid.json").read_text())
     suite = written["summary"]["suite"]["nominal"]
     assert suite["completion_rate"]["estimate"] == 1.0 and suite["runs"] == 4 and suite["seeds"] == 1
     assert suite["completion_rate"]["n_units"] == 4 and suite["lap_time_s"]["n_units"] == 4
     lap_times = [r["lap_time_s"] for r in runs if r["condition"] == "nominal"]
     assert suite["lap_time_s"]["estimate"] == pytest.approx(sum(lap_times) / 4)  # one seed: the mean of its runs
-    assert written["by_seed"]["0"]["nominal"]["completed"] == 4 and written["by_seed"]["0"]["nominal"]["wilson95"][1] == 1.0
+    assert (
+        written["by_seed"]["0"]["nominal"]["completed"] == 4
+        and written["by_seed"]["0"]["nominal"]["wilson95"][1] == 1.0
+    )
     assert written["suite"]["short"]["corners"] > 0 and written["suite"]["road_course"]["length_m"] > 2700
     assert written["simulator"]["driver_aids"]["traction_control"] is True  # the one car's aids, recorded
     for p in out["plots"]:
         assert Path(p).stat().st_size > 1000
-    assert {Path(p).name for p in out["plots"]} >= {"pid_road_course_track.png", "pid_short_ice_traces.png", "pid_road_course_lap.gif"}
+    assert {Path(p).name for p in out["plots"]} >= {
+        "pid_road_course_track.png",
+        "pid_short_ice_traces.png",
+        "pid_road_course_lap.gif",
+    }
     gap = transfer_gap(out["summary"]["suite"]["nominal"], out["summary"]["suite"]["nominal"])
     assert gap["lap_time_s"]["gap"] == 0.0 and gap["lap_share"]["gap"] == 0.0
 
@@ -267,7 +295,9 @@ def test_source_runs_are_deterministic() -> None:
     track = road_course("nominal")
     a = run_lap(sim, track, PidDriver.for_sim(sim), start_s=1000.0, start_speed=5.0, max_seconds=20.0)
     b = run_lap(sim, track, PidDriver.for_sim(sim), start_s=1000.0, start_speed=5.0, max_seconds=20.0)
-    assert np.array_equal(a.trajectory["x"], b.trajectory["x"]) and np.array_equal(a.trajectory["throttle_cmd"], b.trajectory["throttle_cmd"])
+    assert np.array_equal(a.trajectory["x"], b.trajectory["x"]) and np.array_equal(
+        a.trajectory["throttle_cmd"], b.trajectory["throttle_cmd"]
+    )
 
 
 # ---------------------------------------------------------------------- policies in the source simulator

@@ -59,17 +59,25 @@ def interval(folder: str, name: str) -> tuple[float, float]:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_results_come_back_in_job_order(workers: int) -> None:
     done = []
-    out = LocalExecutor(workers, policy=FAST).run([Job(f"x{x}", slow_square, (x,)) for x in range(4)], lambda i, o: done.append(i))
+    out = LocalExecutor(workers, policy=FAST).run(
+        [Job(f"x{x}", slow_square, (x,)) for x in range(4)], lambda i, o: done.append(i)
+    )
     assert [o.value for o in out] == [0, 1, 4, 9] and all(o.ok and o.retries == 0 for o in out)
     assert sorted(done) == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_lost_simulator_is_retried_then_given_up_as_failed(workers: int, tmp_path: Path) -> None:
-    jobs = [Job("a", flaky, (str(tmp_path), "a", 1)), Job("b", flaky, (str(tmp_path), "b", 5)), Job("c", flaky, (str(tmp_path), "c", 0))]
+    jobs = [
+        Job("a", flaky, (str(tmp_path), "a", 1)),
+        Job("b", flaky, (str(tmp_path), "b", 5)),
+        Job("c", flaky, (str(tmp_path), "c", 0)),
+    ]
     a, b, c = LocalExecutor(workers, policy=FAST).run(jobs)
     assert a.ok and a.value == "a" and a.retries == 1 and a.causes == ["simulator lost"]
-    assert not b.ok and "b dropped" in b.error and b.retries == 2 and len(list(tmp_path.glob("b.*"))) == 3  # 1 + retries
+    assert (
+        not b.ok and "b dropped" in b.error and b.retries == 2 and len(list(tmp_path.glob("b.*"))) == 3
+    )  # 1 + retries
     assert c.ok and c.retries == 0
 
 
@@ -136,7 +144,9 @@ def test_every_instance_dead_stops_the_stage(tmp_path: Path) -> None:
         LocalExecutor(instances=("a:1", "b:2"), policy=FAST).run(jobs)
     (tmp_path / "one").mkdir()
     with pytest.raises(SimulatorUnreachable, match=r"a:1 \(e0, 3 attempts\)"):
-        LocalExecutor(instances=("a:1",), policy=FAST).run([Job("e0", on_instance, (str(tmp_path / "one"), "e0", ("a:1",)))])
+        LocalExecutor(instances=("a:1",), policy=FAST).run(
+            [Job("e0", on_instance, (str(tmp_path / "one"), "e0", ("a:1",)))]
+        )
 
 
 def test_backoff_doubles_up_to_its_cap() -> None:
@@ -145,7 +155,9 @@ def test_backoff_doubles_up_to_its_cap() -> None:
     assert RetryPolicy(retry_backoff_s=0.0).wait_s(3) == 0.0
 
 
-def test_a_worker_remakes_its_simulator_when_another_job_or_executor_drove_the_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_remakes_its_simulator_when_another_job_or_executor_drove_the_instance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The lease is '<executor token>:<count>': the same executor's next count keeps the cached
     simulator; a skipped count (another worker) or another executor's token (a Ray worker that
     outlived a stage) remakes it, even when the count happens to follow on."""
@@ -184,7 +196,9 @@ def test_shipped_files_round_trip_and_stay_inside_their_folder(tmp_path: Path) -
     (tmp_path / "a" / "x.json").write_text("{}")
     (tmp_path / "a" / "sub" / "y.bin").write_bytes(b"\x00\x01")
     files = pack(tmp_path / "a")
-    assert files == {"sub/y.bin": b"\x00\x01", "x.json": b"{}"} and pack(tmp_path / "a", ["x.json", "gone"]) == {"x.json": b"{}"}
+    assert files == {"sub/y.bin": b"\x00\x01", "x.json": b"{}"} and pack(tmp_path / "a", ["x.json", "gone"]) == {
+        "x.json": b"{}"
+    }
     with unpacked(files) as tmp:
         assert pack(tmp) == files
     assert not tmp.exists()

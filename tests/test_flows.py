@@ -23,7 +23,10 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory):
     from prefect.testing.utilities import prefect_test_harness
 
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"  # no network here; quieter logs
-    with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: tmp_path_factory.mktemp("prefect-results")}), prefect_test_harness(server_startup_timeout=120):
+    with (
+        temporary_settings({PREFECT_LOCAL_STORAGE_PATH: tmp_path_factory.mktemp("prefect-results")}),
+        prefect_test_harness(server_startup_timeout=120),
+    ):
         yield
 
 
@@ -32,7 +35,9 @@ def _task_states(flow_state) -> dict[str, str]:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     with get_client(sync_client=True) as c:
-        runs = c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_state.state_details.flow_run_id])))
+        runs = c.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_state.state_details.flow_run_id]))
+        )
     return {tr.name: tr.state.name for tr in runs}
 
 
@@ -50,7 +55,9 @@ def test_generations_come_from_dvc() -> None:
     assert flat.index("distill@dytr") < flat.index("train@oracle")
 
 
-def test_flow_runs_stages_then_serves_them_from_cache(prefect_harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flow_runs_stages_then_serves_them_from_cache(
+    prefect_harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from flows.pipeline import pipeline
     from s3.platform.workspace import prepare_workspace
 
@@ -71,7 +78,9 @@ def test_flow_runs_stages_then_serves_them_from_cache(prefect_harness, tmp_path:
 
     # a DVC-level change re-runs exactly that stage; the rest stay cached
     params = ws / "params.yaml"
-    params.write_text(params.read_text().replace("transformer: {d_model: 16, layers: 1", "transformer: {d_model: 16, layers: 2"))
+    params.write_text(
+        params.read_text().replace("transformer: {d_model: 16, layers: 1", "transformer: {d_model: 16, layers: 2")
+    )
     third = pipeline(root=str(ws), targets=DISTILL, return_state=True)
     states = _task_states(third)
     assert states.pop("distill@transformer") == "Completed" and set(states.values()) == {"Cached"}
@@ -90,14 +99,18 @@ def test_flow_runs_stages_then_serves_them_from_cache(prefect_harness, tmp_path:
     c = MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"])
     runs = c.search_runs([c.get_experiment_by_name("s3").experiment_id])
     parents = {r.info.run_id: r for r in runs if r.data.tags.get("s3.kind") == "pipeline"}
-    assert len(parents) == 4 and all(r.info.status == "FINISHED" and r.data.tags["s3.runner"] == "prefect" for r in parents.values())
+    assert len(parents) == 4 and all(
+        r.info.status == "FINISHED" and r.data.tags["s3.runner"] == "prefect" for r in parents.values()
+    )
     fam = [r for r in runs if r.data.tags.get("s3.kind") == "family"]
     assert {r.data.tags["s3.family"] for r in fam} == set(FAMILIES)
     assert all(r.data.tags["mlflow.parentRunId"] in parents for r in fam)
     assert all("distill/rollout.all.fde_1s" in r.data.metrics for r in fam)
 
 
-def test_nightly_regression_fails_on_degraded_metrics(prefect_harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nightly_regression_fails_on_degraded_metrics(
+    prefect_harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Record a baseline from one nightly run, degrade it, and the next nightly run fails."""
     import json
 
@@ -107,8 +120,15 @@ def test_nightly_regression_fails_on_degraded_metrics(prefect_harness, tmp_path:
     ws = tmp_path / "nightly"
     ws.mkdir()
     base = tmp_path / "baseline.json"
-    kw = {"source": str(ROOT), "workdir": str(ws), "baseline": str(base), "share_cache": False, "mlflow": False, "targets": ["distill@bicycle"],
-          "slow_tests": False}  # fmt: skip
+    kw = {
+        "source": str(ROOT),
+        "workdir": str(ws),
+        "baseline": str(base),
+        "share_cache": False,
+        "mlflow": False,
+        "targets": ["distill@bicycle"],
+        "slow_tests": False,
+    }
     msg = nightly_regression(record=True, **kw)  # bicycle only keeps this quick
     assert "recorded" in msg and set(json.loads(base.read_text())["metrics"]) == {"metrics/distill/bicycle.json"}
     assert "no regression" in nightly_regression(**kw)
@@ -125,7 +145,9 @@ def test_the_nightly_flow_runs_the_slow_tests_and_fails_with_them(tmp_path: Path
     """run_slow_tests is pytest -m slow in the given tree: a failing slow test fails it, with its summary."""
     from flows.nightly import SlowTestsFailed, run_slow_tests
 
-    (tmp_path / "test_x.py").write_text("import pytest\n\n@pytest.mark.slow\ndef test_a():\n    assert 1 == 2\n\ndef test_b():\n    pass\n")
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\n\n@pytest.mark.slow\ndef test_a():\n    assert 1 == 2\n\ndef test_b():\n    pass\n"
+    )
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
     with pytest.raises(SlowTestsFailed, match="1 failed, 1 deselected"):
         run_slow_tests(tmp_path)

@@ -29,14 +29,20 @@ def drive_reproducibly(surface_label: bool, folder: Path) -> dict[str, np.ndarra
     out = folder / f"now_{int(surface_label)}.npz"
     code = f"import numpy as np; from golden import generate as g; np.savez({str(out)!r}, **g.drive_distilled({surface_label}))"
     tests = str(Path(__file__).resolve().parent)
-    env = {**os.environ, "MKL_CBWR": "COMPATIBLE", "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "MKL_CBWR": "COMPATIBLE",
+        "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
+    }
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
     with np.load(out) as f:
         return dict(f)
 
 
 @pytest.fixture(scope="module", params=["distilled", "distilled_oracle"])
-def pinned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, np.ndarray], dict[str, np.ndarray]]:
+def pinned(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, dict[str, np.ndarray], dict[str, np.ndarray]]:
     name = request.param
     with np.load(g.HERE / f"{name}.npz") as f:
         gold = dict(f)

@@ -66,13 +66,27 @@ class _Keep:
 def test_a_step_budget_runs_its_chunks_and_refreshes_only_between_them(bicycle) -> None:
     trainer, choice, calls = PPOTrainer(_env(bicycle), PPO, "cpu"), _Keep(), []
     hooks = Hooks(
-        on_chunk=lambda d, c, r: calls.append(("chunk", d, r["done"])), between=lambda: calls.append(("between",)), after=lambda d: calls.append(("after", d))
+        on_chunk=lambda d, c, r: calls.append(("chunk", d, r["done"])),
+        between=lambda: calls.append(("between",)),
+        after=lambda d: calls.append(("after", d)),
     )
     out = train_loop(trainer, StepBudget(max_iterations=5, chunk=2, max_seconds=1e9), choice, hooks)
     assert out.iterations == 5 and choice.seen == [2, 4, 5] and out.stopped_by == "max_env_steps"
-    assert calls == [("chunk", 2, 2), ("between",), ("after", 2), ("chunk", 4, 4), ("between",), ("after", 4), ("chunk", 5, 5), ("after", 5)]
+    assert calls == [
+        ("chunk", 2, 2),
+        ("between",),
+        ("after", 2),
+        ("chunk", 4, 4),
+        ("between",),
+        ("after", 4),
+        ("chunk", 5, 5),
+        ("after", 5),
+    ]
     capped = StepBudget(max_iterations=5, chunk=2, max_seconds=0.0)
-    assert train_loop(PPOTrainer(_env(bicycle), PPO, "cpu"), capped, _Keep()).iterations == 2 and capped.stopped_by == "max_minutes"
+    assert (
+        train_loop(PPOTrainer(_env(bicycle), PPO, "cpu"), capped, _Keep()).iterations == 2
+        and capped.stopped_by == "max_minutes"
+    )
 
 
 def test_a_wall_clock_budget_measures_then_fills_what_is_left() -> None:

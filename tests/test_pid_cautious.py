@@ -59,10 +59,23 @@ def test_pid_cautious_laps_the_icy_road_course_where_pid_blind_does_not() -> Non
     sim = make_sim(SimParams(), DriverAidsParams(traction_control=True, abs=True))  # as the evaluate stage drives
     track = road_course("ice")
     try:
-        runs = {name: run_lap(sim, track, PidFactory(p)(sim), start_s=0.5 * track.length, start_speed=5.0, max_seconds=400.0, judge=JudgeParams())
-                for name, p in (("blind", PidParams(knows_ice=False)), ("cautious", cautious(PidParams())))}  # fmt: skip
+        runs = {
+            name: run_lap(
+                sim,
+                track,
+                PidFactory(p)(sim),
+                start_s=0.5 * track.length,
+                start_speed=5.0,
+                max_seconds=400.0,
+                judge=JudgeParams(),
+            )
+            for name, p in (("blind", PidParams(knows_ice=False)), ("cautious", cautious(PidParams())))
+        }
     finally:
         sim.close()
-    assert not runs["blind"].completed and runs["blind"].reason == "off_track", (runs["blind"].reason, runs["blind"].progress)
+    assert not runs["blind"].completed and runs["blind"].reason == "off_track", (
+        runs["blind"].reason,
+        runs["blind"].progress,
+    )
     assert runs["cautious"].completed, (runs["cautious"].reason, runs["cautious"].progress)
     assert 200.0 < runs["cautious"].lap_time < 320.0  # measured 258 s (pid with the map's ice: 163 s; dry: 129 s)

@@ -15,11 +15,22 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 FAMILIES = ("bicycle", "ddm", "transformer", "dytr")
 POLICIES = (*FAMILIES, "oracle", "direct")
-STAGES = ("collect", *(f"distill@{f}" for f in FAMILIES), *(f"train@{p}" for p in POLICIES if p != "direct"), "train_direct",
-          *(f"evaluate@{p}" for p in POLICIES), "evaluate_baseline@pid", "evaluate_baseline@pid_blind",
-          "evaluate_baseline@pid_cautious", "report")  # fmt: skip
+STAGES = (
+    "collect",
+    *(f"distill@{f}" for f in FAMILIES),
+    *(f"train@{p}" for p in POLICIES if p != "direct"),
+    "train_direct",
+    *(f"evaluate@{p}" for p in POLICIES),
+    "evaluate_baseline@pid",
+    "evaluate_baseline@pid_blind",
+    "evaluate_baseline@pid_cautious",
+    "report",
+)
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]  # the whole quick pipeline: ~4 min on 2 idle cores; `make test` runs it
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(1200),
+]  # the whole quick pipeline: ~4 min on 2 idle cores; `make test` runs it
 
 
 def _dvc(ws: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -31,7 +42,12 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from s3.platform.workspace import prepare_workspace
 
     ws = prepare_workspace(ROOT, tmp_path_factory.mktemp("quick") / "ws", "params_quick.yaml", share_cache=False)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "MLFLOW_TRACKING_URI": f"sqlite:///{ws / 'mlflow.db'}", "S3_MLFLOW": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{ws / 'mlflow.db'}",
+        "S3_MLFLOW": "1",
+    }
     env.pop("S3_MLFLOW_PARENT_RUN_ID", None)
     t0 = time.perf_counter()
     first = _dvc(ws, "repro", env=env)
@@ -59,7 +75,10 @@ def test_repro_runs_every_stage_then_skips(quick: dict) -> None:
         assert set(ev["summary"]) == {"suite", "short"} and set(ev["summary"]["suite"]) == {"nominal", "ice"}
         assert len(ev["seeds"]) == (1 if name == "direct" else 2)  # every seed evaluated
         assert ("transfer_gap" in ev) == (name != "direct")
-    for name in ("pid", "pid_cautious"):  # the quick circuit is one the pid laps: completions and lap shares can regress
+    for name in (
+        "pid",
+        "pid_cautious",
+    ):  # the quick circuit is one the pid laps: completions and lap shares can regress
         ev = json.loads((ws / "metrics/eval" / f"{name}.json").read_text())
         assert ev["summary"]["short"]["nominal"]["completion_rate"]["estimate"] == 1.0, name
     report = json.loads((ws / "metrics/report.json").read_text())
@@ -99,7 +118,9 @@ def test_family_param_reruns_only_that_family(quick: dict) -> None:
         status = _dvc(ws, "status", "--json", env=env)
         assert status.returncode == 0, status.stderr
         assert set(json.loads(status.stdout)) == {"distill@transformer"}
-        params.write_text(orig.replace("\n  history: 4\n", "\n  history: 5\n"))  # distill.history, not train.env.obs_history
+        params.write_text(
+            orig.replace("\n  history: 4\n", "\n  history: 5\n")
+        )  # distill.history, not train.env.obs_history
         changed = set(json.loads(_dvc(ws, "status", "--json", env=env).stdout))
         assert changed == {f"distill@{f}" for f in FAMILIES}
     finally:
@@ -119,7 +140,9 @@ def test_metrics_show_and_mlflow_runs_carry_accuracy(quick: dict) -> None:
     runs = c.search_runs([exp.experiment_id])
     parents = [r for r in runs if r.data.tags.get("s3.kind") == "pipeline"]
     children = {r.data.tags["s3.family"]: r for r in runs if r.data.tags.get("s3.kind") == "family"}
-    children = {n: r for n, r in children.items() if not n.endswith("(selected)")}  # seed_selection: source adds the chosen seeds' rows
+    children = {
+        n: r for n, r in children.items() if not n.endswith("(selected)")
+    }  # seed_selection: source adds the chosen seeds' rows
     assert len(parents) == 1 and set(children) == {*POLICIES, "pid", "pid_blind", "pid_cautious"}
     parent = parents[0]
     assert "s3.git_commit" in parent.data.tags and parent.data.tags["s3.dvc_lock_sha"] != "none"
@@ -130,7 +153,9 @@ def test_metrics_show_and_mlflow_runs_carry_accuracy(quick: dict) -> None:
         logged = run.data.metrics["eval/summary.suite.nominal.completion_rate.estimate"]
         assert logged == pytest.approx(ev["summary"]["suite"]["nominal"]["completion_rate"]["estimate"])
         if name in POLICIES:
-            assert "train/wall_s" in run.data.metrics or "train/train.wall_s" in run.data.metrics, sorted(run.data.metrics)[:20]
+            assert "train/wall_s" in run.data.metrics or "train/train.wall_s" in run.data.metrics, sorted(
+                run.data.metrics
+            )[:20]
     for fam in FAMILIES:
         run = children[fam]
         m = run.data.metrics

@@ -34,13 +34,23 @@ def test_dvc_repro_on_beamng_runs_every_stage_but_direct(tmp_path: Path) -> None
         out = subprocess.run([str(BIN / "dvc"), "repro"], cwd=ws, env=env, capture_output=True, text=True, timeout=2300)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         assert standin.received.count("Step") > 1000  # collection and evaluation drove the stand-in
-    for stage in ("collect", *(f"distill@{f}" for f in FAMILIES), *(f"train@{f}" for f in FAMILIES), "train_direct", "evaluate@ddm", "report"):
+    for stage in (
+        "collect",
+        *(f"distill@{f}" for f in FAMILIES),
+        *(f"train@{f}" for f in FAMILIES),
+        "train_direct",
+        "evaluate@ddm",
+        "report",
+    ):
         assert f"Running stage '{stage}'" in out.stdout, stage
     manifest = json.loads((ws / "data/rollouts/manifest.json").read_text())
     assert manifest["simulator"] == "beamng" and manifest["episodes_lost"] == 0
     assert not (ws / "policies/direct/policy.json").exists()
     reason = json.loads((ws / "policies/direct/skipped.json").read_text())["skipped"]
-    assert "sim.backend 'mujoco'" in reason and json.loads((ws / "metrics/eval/direct.json").read_text())["skipped"] == reason
+    assert (
+        "sim.backend 'mujoco'" in reason
+        and json.loads((ws / "metrics/eval/direct.json").read_text())["skipped"] == reason
+    )
     ev = json.loads((ws / "metrics/eval/ddm.json").read_text())
     assert ev["simulator"]["name"] == "beamng" and ev["simulator"]["driver_aids"] is None and ev["lost"] == []
     train = json.loads((ws / "metrics/train/ddm.json").read_text())

@@ -40,7 +40,9 @@ def ray_up():
     mp = pytest.MonkeyPatch()
     mp.setenv("PYTHONPATH", os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
     with pytest.MonkeyPatch.context() as at:
-        at.setenv("RAY_ADDRESS", "127.0.0.1:1")  # nothing there: address '' must start an instance of its own, not join this
+        at.setenv(
+            "RAY_ADDRESS", "127.0.0.1:1"
+        )  # nothing there: address '' must start an instance of its own, not join this
         ray = connect(RAY, INSTANCES)
     yield ray
     ray.shutdown()
@@ -85,7 +87,12 @@ def test_a_killed_worker_costs_only_its_own_job(ray_up, tmp_path: Path) -> None:
     killer.join()
     assert [o.value for o in out] == ["a", "b", "c"]
     assert [o.retries for o in out] == [0, 1, 0] and out[1].causes == ["worker process died"]
-    assert sorted(f.name for f in tmp_path.iterdir() if "pid" not in f.name) == ["a.1", "b.1", "b.2", "c.1"]  # b ran twice, a and c once
+    assert sorted(f.name for f in tmp_path.iterdir() if "pid" not in f.name) == [
+        "a.1",
+        "b.1",
+        "b.2",
+        "c.1",
+    ]  # b ran twice, a and c once
     assert ex.stats["attempts"] == 4
 
 
@@ -125,14 +132,22 @@ def interval_after_peer(folder: str, name: str) -> tuple[float, float]:
 
 
 def test_instances_are_custom_resources_one_job_each(ray_up, tmp_path: Path) -> None:
-    ex = RayExecutor(RAY, "collect", instances=INSTANCES[:1])  # one instance, two CPUs: the instance is what serialises the jobs
-    out = ex.run([Job(f"j{i}", interval, (str(tmp_path), f"j{i}")) for i in range(4)] + [Job("env", env_of, (INSTANCE_ENV,))])
+    ex = RayExecutor(
+        RAY, "collect", instances=INSTANCES[:1]
+    )  # one instance, two CPUs: the instance is what serialises the jobs
+    out = ex.run(
+        [Job(f"j{i}", interval, (str(tmp_path), f"j{i}")) for i in range(4)] + [Job("env", env_of, (INSTANCE_ENV,))]
+    )
     assert out[-1].value[INSTANCE_ENV] == INSTANCES[0]
     spans = [o.value for o in out[:-1]]
     assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) == 1  # never two jobs on one instance
-    free = RayExecutor(RAY, "collect").run([Job(f"k{i}", interval_after_peer, (str(tmp_path), f"k{i}")) for i in range(4)])
+    free = RayExecutor(RAY, "collect").run(
+        [Job(f"k{i}", interval_after_peer, (str(tmp_path), f"k{i}")) for i in range(4)]
+    )
     spans = [o.value for o in free]
-    assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) == 2  # without an instance: both CPUs (the check can fail)
+    assert (
+        max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) == 2
+    )  # without an instance: both CPUs (the check can fail)
     with pytest.raises(RayUnavailable, match="s3_sim_127_0_0_1_9"):
         RayExecutor(RAY, "collect", instances=("127.0.0.1:9",))
 
@@ -143,7 +158,7 @@ def test_the_local_instance_listens_on_loopback_with_token_authentication(ray_up
         for p in psutil.Process().children(recursive=True)
         for c in _connections(p)
         if c.status == psutil.CONN_LISTEN
-    ]  # fmt: skip
+    ]
     assert len(listening) >= 3  # gcs, raylet, object manager at least: the check has something to check
     assert set(listening) <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}, listening
     assert os.environ["RAY_AUTH_MODE"] == "token"
@@ -155,11 +170,19 @@ def test_the_local_instance_listens_on_loopback_with_token_authentication(ray_up
     codes = {}
     for who, token in (("none", None), ("other", "0" * 64), ("ours", os.environ["RAY_AUTH_TOKEN"])):
         try:
-            stub.GetAllNodeInfo(gcs_service_pb2.GetAllNodeInfoRequest(), metadata=[("authorization", f"Bearer {token}")] if token else [], timeout=10)
+            stub.GetAllNodeInfo(
+                gcs_service_pb2.GetAllNodeInfoRequest(),
+                metadata=[("authorization", f"Bearer {token}")] if token else [],
+                timeout=10,
+            )
             codes[who] = grpc.StatusCode.OK
         except grpc.RpcError as e:
             codes[who] = e.code()
-    assert codes == {"none": grpc.StatusCode.UNAUTHENTICATED, "other": grpc.StatusCode.UNAUTHENTICATED, "ours": grpc.StatusCode.OK}
+    assert codes == {
+        "none": grpc.StatusCode.UNAUTHENTICATED,
+        "other": grpc.StatusCode.UNAUTHENTICATED,
+        "ours": grpc.StatusCode.OK,
+    }
 
 
 def _connections(p: psutil.Process) -> list:
@@ -199,31 +222,65 @@ def test_collect_train_evaluate_give_the_local_outputs(ray_up, tmp_path: Path) -
 
     from doubles.synthetic_car import fitted_bicycle
 
-    tiny = ["collect.episodes=3", "collect.episode_steps=40", "collect.episodes_per_shard=1", "collect.n_tracks=2", "collect.workers=1"]
+    tiny = [
+        "collect.episodes=3",
+        "collect.episode_steps=40",
+        "collect.episodes_per_shard=1",
+        "collect.n_tracks=2",
+        "collect.workers=1",
+    ]
     ray_set = ["compute.backend=ray", "compute.local_cpus=2"]
     out: dict[str, dict] = {}
     save_checkpoint(fitted_bicycle(), tmp_path / "models" / "bicycle")
-    tp = TrainParams.model_validate({**TINY, "max_env_steps": 64 * 8 * 3, "chunk_iterations": 3, "seeds": 2, "seed_workers": 1, "torch_threads": 1,
-                                     "env": {"num_envs": 64, "episode_seconds": 10.0}, "ppo": {**TINY["ppo"], "num_steps_per_env": 8}})  # fmt: skip
-    ep = EvaluateParams(tracks=["short"], conditions=["nominal"], start_fractions=[0.0], max_lap_seconds=15.0, workers=1, gif=False)
+    tp = TrainParams.model_validate(
+        {
+            **TINY,
+            "max_env_steps": 64 * 8 * 3,
+            "chunk_iterations": 3,
+            "seeds": 2,
+            "seed_workers": 1,
+            "torch_threads": 1,
+            "env": {"num_envs": 64, "episode_seconds": 10.0},
+            "ppo": {**TINY["ppo"], "num_steps_per_env": 8},
+        }
+    )
+    ep = EvaluateParams(
+        tracks=["short"], conditions=["nominal"], start_fractions=[0.0], max_lap_seconds=15.0, workers=1, gif=False
+    )
     for backend, extra in (("local", []), ("ray", ray_set)):
         ws = tmp_path / backend
         params = load_params(None, [*tiny, f"collect.out_dir={ws}/rollouts", f"collect.plot_dir={ws}/plots", *extra])
         collect(params, quiet=True)
         shards = {s["file"]: s["sha256"] for s in read_manifest(ws / "rollouts")["shards"]}
-        train_seeds("bicycle", "bicycle", tmp_path / "models" / "bicycle", ws / "policies", ws / "plots" / "bicycle.png", tp, compute=params.compute)
+        train_seeds(
+            "bicycle",
+            "bicycle",
+            tmp_path / "models" / "bicycle",
+            ws / "policies",
+            ws / "plots" / "bicycle.png",
+            tp,
+            compute=params.compute,
+        )
         seeds = ws / "policies" / "bicycle" / "seeds"
         weights = {s.name: (s / WEIGHTS).read_bytes() for s in sorted(seeds.iterdir())}
         meta = json.loads((ws / "policies" / "bicycle" / "policy.json").read_text())
         drivers = [(k, PolicyFactory(seeds / f"seed{k}")) for k in (1, 2)]
         ev = evaluate_driver("bicycle", drivers, params, ws / "metrics" / "bicycle.json", None, ep)
         runs = [{k: v for k, v in r.items() if k != "wall_s"} for r in ev["runs"]]
-        out[backend] = {"shards": shards, "weights": weights, "export": (ws / "policies" / "bicycle" / EXPORT).read_bytes(), "meta": meta, "runs": runs}
+        out[backend] = {
+            "shards": shards,
+            "weights": weights,
+            "export": (ws / "policies" / "bicycle" / EXPORT).read_bytes(),
+            "meta": meta,
+            "runs": runs,
+        }
     local, ray = out["local"], out["ray"]
     assert len(local["shards"]) == 3 and ray["shards"] == local["shards"]  # the same bytes
     assert sorted(local["weights"]) == ["seed1", "seed2"] and ray["weights"] == local["weights"]
     assert ray["export"] == local["export"] and ray["meta"] == local["meta"]
-    assert ray["meta"]["dynamics_model"]["folder"] == str(tmp_path / "models" / "bicycle")  # not the job's temporary copy
+    assert ray["meta"]["dynamics_model"]["folder"] == str(
+        tmp_path / "models" / "bicycle"
+    )  # not the job's temporary copy
     assert len(local["runs"]) == 2 and ray["runs"] == local["runs"]
     assert not (tmp_path / "ray" / "policies" / ".seeds").exists()  # every candidate moved into place
 
@@ -232,7 +289,10 @@ def test_the_local_backend_needs_no_ray(tmp_path: Path) -> None:
     """A local stage (a tiny collect through the pool) in a process where `import ray` fails: it neither
     imports Ray nor the ray backend's module, so that module's code cannot change a local run's outputs."""
     assert isinstance(executor_for(None, "train", workers=2), LocalExecutor)
-    assert isinstance(executor_for(ComputeParams(), "collect"), LocalExecutor) and executor_for(ComputeParams(), "collect").shared_fs
+    assert (
+        isinstance(executor_for(ComputeParams(), "collect"), LocalExecutor)
+        and executor_for(ComputeParams(), "collect").shared_fs
+    )
     script = f"""
 import sys
 sys.modules["ray"] = None  # `import ray` raises ImportError
@@ -245,14 +305,21 @@ print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.") or m =
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip().splitlines()[-1] == "['ray']"  # only the blocked entry: nothing of Ray, nor the backend, was imported
+    assert (
+        r.stdout.strip().splitlines()[-1] == "['ray']"
+    )  # only the blocked entry: nothing of Ray, nor the backend, was imported
     assert len(json.loads((tmp_path / "rollouts" / "manifest.json").read_text())["shards"]) == 2
 
 
 def test_a_gpu_for_training_that_would_sit_idle_is_refused() -> None:
     with pytest.raises(ValueError, match=r"compute.resources.train.num_gpus.*train.device"):
         load_params(None, ["compute.backend=ray", "compute.resources.train.num_gpus=1", "train.device=cpu"])
-    assert load_params(None, ["compute.backend=ray", "compute.resources.train.num_gpus=1", "train.device=auto"]).compute.resources.train.num_gpus == 1
+    assert (
+        load_params(
+            None, ["compute.backend=ray", "compute.resources.train.num_gpus=1", "train.device=auto"]
+        ).compute.resources.train.num_gpus
+        == 1
+    )
 
 
 def test_the_source_env_on_ray_actors_steps_as_the_local_workers(ray_up) -> None:
@@ -272,10 +339,17 @@ def test_the_source_env_on_ray_actors_steps_as_the_local_workers(ray_up) -> None
             if compute is not None:
                 assert len(env.workers) == 2
                 _wait_for_free_cpus(ray_up, 0.0, at_most=True)
-                with pytest.MonkeyPatch.context() as mp, pytest.raises(SourceWorkerError, match=r"compute\.resources\.source_env: .* 0 CPUs .* free now"):
+                with (
+                    pytest.MonkeyPatch.context() as mp,
+                    pytest.raises(SourceWorkerError, match=r"compute\.resources\.source_env: .* 0 CPUs .* free now"),
+                ):
                     mp.setattr(source_env, "ROOM_WAIT_S", 1.0)
-                    SourceVecEnv(tracks, Params().sim, num_envs=2, workers=1, compute=compute, timeout_s=20)  # would wait for ever
-                with SourceVecEnv(tracks, Params().sim, num_envs=2, workers=2, compute=compute, holds_cpus=False) as idle:  # direct's validation env
+                    SourceVecEnv(
+                        tracks, Params().sim, num_envs=2, workers=1, compute=compute, timeout_s=20
+                    )  # would wait for ever
+                with SourceVecEnv(
+                    tracks, Params().sim, num_envs=2, workers=2, compute=compute, holds_cpus=False
+                ) as idle:  # direct's validation env
                     assert len(idle.workers) == 2 and idle.reset()["policy"].shape[0] == 2
         traces.append(torch.stack(obs))
     assert traces[0].abs().sum() > 0 and torch.equal(traces[0], traces[1])  # 1 process or 2 actors: the same cars
@@ -292,7 +366,9 @@ def _wait_for_free_cpus(ray, cpus: float, at_most: bool = False, timeout_s: floa
 
 def test_a_dead_instance_costs_only_its_jobs_on_ray(ray_up, tmp_path: Path) -> None:
     a, b = INSTANCES
-    out = RayExecutor(RAY, "collect", instances=INSTANCES).run([Job(f"e{k}", on_instance, (str(tmp_path), f"e{k}", (b,))) for k in range(6)])
+    out = RayExecutor(RAY, "collect", instances=INSTANCES).run(
+        [Job(f"e{k}", on_instance, (str(tmp_path), f"e{k}", (b,))) for k in range(6)]
+    )
     assert [o.value for o in out] == [a] * 6  # every job done, on the live instance
     assert [o.causes for o in out if o.retries] == [["simulator lost"]] and len(list(tmp_path.glob(f"on-{b}-*"))) == 1
 
@@ -309,9 +385,17 @@ def test_beamng_evaluation_over_two_instances_on_ray_scores_like_one_locally(ray
     ports = [int(i.rsplit(":", 1)[1]) for i in INSTANCES]
 
     def run(name: str, instances: list[int], *extra: str) -> dict:
-        params = _bng(tmp_path, instances[0], "evaluate.tracks=[short]", "evaluate.conditions=[nominal, ice]", "evaluate.gif=false",
-                      "evaluate.start_fractions=[0.0, 0.5]", "evaluate.max_lap_seconds=5",
-                      f"sim.beamng.instances=[{', '.join(f'127.0.0.1:{p}' for p in instances)}]", *extra)  # fmt: skip
+        params = _bng(
+            tmp_path,
+            instances[0],
+            "evaluate.tracks=[short]",
+            "evaluate.conditions=[nominal, ice]",
+            "evaluate.gif=false",
+            "evaluate.start_fractions=[0.0, 0.5]",
+            "evaluate.max_lap_seconds=5",
+            f"sim.beamng.instances=[{', '.join(f'127.0.0.1:{p}' for p in instances)}]",
+            *extra,
+        )
         try:
             return evaluate_baseline("pid", params, tmp_path / f"{name}.json", None)
         finally:
@@ -331,10 +415,16 @@ def test_beamng_evaluation_over_two_instances_on_ray_scores_like_one_locally(ray
 
 def test_a_job_no_node_can_hold_is_refused_at_once(ray_up) -> None:
     gpu = RAY.model_copy(update={"resources": RAY.resources.model_copy(update={"train": JobResources(num_gpus=1)})})
-    with pytest.raises(RayUnavailable, match=r"compute.resources.train.num_gpus: a job asks 1, the largest node of the Ray cluster has 0"):
+    with pytest.raises(
+        RayUnavailable,
+        match=r"compute.resources.train.num_gpus: a job asks 1, the largest node of the Ray cluster has 0",
+    ):
         RayExecutor(gpu, "train")
     wide = RAY.model_copy(update={"resources": RAY.resources.model_copy(update={"collect": JobResources(num_cpus=3)})})
-    with pytest.raises(RayUnavailable, match=r"compute.resources.collect.num_cpus: a job asks 3, the largest node of the Ray cluster has 2"):
+    with pytest.raises(
+        RayUnavailable,
+        match=r"compute.resources.collect.num_cpus: a job asks 3, the largest node of the Ray cluster has 2",
+    ):
         RayExecutor(wide, "collect")
 
 
@@ -346,7 +436,9 @@ def instance_or_sleep(folder: str, name: str, slow_on: str) -> str:
     return instance
 
 
-def test_a_job_whose_node_left_reruns_on_another_instance_or_stops_the_stage(ray_up, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_job_whose_node_left_reruns_on_another_instance_or_stops_the_stage(
+    ray_up, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A node that dies takes its instance resource (or the only GPU) with it, and Ray would keep a job
     asking for it queued for ever: the executor sees that no live node can hold it."""
     import s3.compute.ray_executor as rx
@@ -356,20 +448,30 @@ def test_a_job_whose_node_left_reruns_on_another_instance_or_stops_the_stage(ray
     monkeypatch.setattr(rx, "STRANDED_CHECK_S", 0.5)
     ex = RayExecutor(RAY, "collect", instances=INSTANCES)
     gone = rx.instance_resource(b)
-    monkeypatch.setattr(rx, "per_node", lambda ray, free=False: [{k: v for k, v in n.items() if k != gone} for n in real(ray, free)])  # b's node left
+    monkeypatch.setattr(
+        rx, "per_node", lambda ray, free=False: [{k: v for k, v in n.items() if k != gone} for n in real(ray, free)]
+    )  # b's node left
     t0 = time.monotonic()
     out = ex.run([Job(f"e{k}", instance_or_sleep, (str(tmp_path), f"e{k}", b)) for k in range(4)])
-    assert time.monotonic() - t0 < 240  # not the hour the job on b would have slept (Ray starts workers slowly on a busy machine)
+    assert (
+        time.monotonic() - t0 < 240
+    )  # not the hour the job on b would have slept (Ray starts workers slowly on a busy machine)
     assert [o.value for o in out] == [a] * 4 and all(o.ok for o in out)
     assert [o.causes for o in out if o.retries] == [["simulator lost"]]  # the one job routed to b, re-run on a
-    assert len(list(tmp_path.glob(f"on-{b}-*"))) <= 1  # cancelled on b (running, or still starting there), never sent back
+    assert (
+        len(list(tmp_path.glob(f"on-{b}-*"))) <= 1
+    )  # cancelled on b (running, or still starting there), never sent back
     # a GPU job when the only GPU node has left: it would wait for ever; the stage stops, naming the key
     gpu = RAY.model_copy(update={"resources": RAY.resources.model_copy(update={"train": JobResources(num_gpus=1)})})
-    monkeypatch.setattr(rx, "per_node", lambda ray, free=False: [{**n, "GPU": 1.0} for n in real(ray, free)])  # a GPU node, at the start
+    monkeypatch.setattr(
+        rx, "per_node", lambda ray, free=False: [{**n, "GPU": 1.0} for n in real(ray, free)]
+    )  # a GPU node, at the start
     ex = RayExecutor(gpu, "train")
     monkeypatch.setattr(rx, "per_node", real)  # ... gone: this instance has no GPU, so Ray queues the job as infeasible
     t0 = time.monotonic()
-    with pytest.raises(RayUnavailable, match=r"^compute\.resources\.train: s0 asks 1 CPUs and 1 GPUs on one node, and no live node"):
+    with pytest.raises(
+        RayUnavailable, match=r"^compute\.resources\.train: s0 asks 1 CPUs and 1 GPUs on one node, and no live node"
+    ):
         ex.run([Job("s0", slow_square, (1,))])
     assert time.monotonic() - t0 < 120  # the job would wait for ever
 
@@ -399,14 +501,23 @@ def test_a_job_sees_a_gpu_only_when_it_asks_for_one(tmp_path: Path) -> None:
     """On a node with a GPU (a Ray instance declaring one; CUDA_VISIBLE_DEVICES=0 as on a GPU box), a
     job that asks no GPU sees none, so `train.device: auto` cannot put it on a GPU Ray did not give
     it; a GPU job sees its GPU, and its worker exits after it (no CPU job inherits its CUDA context)."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "ab" * 32,
-           "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}  # fmt: skip
-    r = subprocess.run([sys.executable, "-c", GPU_SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    env = {
+        **os.environ,
+        "CUDA_VISIBLE_DEVICES": "0",
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": "ab" * 32,
+        "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]),
+    }
+    r = subprocess.run(
+        [sys.executable, "-c", GPU_SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     seen = json.loads(r.stdout.strip().splitlines()[-1])
     assert [v for v, _ in seen["cpu"]] == ["", ""]  # the GPU box's CUDA_VISIBLE_DEVICES=0 is hidden from CPU jobs
     assert [v for v, _ in seen["gpu"]] == ["0", "0"]  # Ray's assignment
-    assert len({pid for _, pid in seen["gpu"]}) == 2 and not {pid for _, pid in seen["gpu"]} & {pid for _, pid in seen["cpu"]}
+    assert len({pid for _, pid in seen["gpu"]}) == 2 and not {pid for _, pid in seen["gpu"]} & {
+        pid for _, pid in seen["cpu"]
+    }
 
 
 def test_a_job_needs_one_node_with_all_it_asks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -417,9 +528,13 @@ def test_a_job_needs_one_node_with_all_it_asks(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(rx, "per_node", lambda ray, free=False: nodes)
     assert rx.fits(nodes[1], {"CPU": 2.0, "GPU": 0.0}) == 2 and rx.fits(nodes[0], {"CPU": 1.0, "GPU": 1.0}) == 0
     rx.check_fits(None, "k", JobResources(num_cpus=4, num_gpus=1))
-    with pytest.raises(RayUnavailable, match=r"^k: a job asks 8 CPUs and 1 GPUs on one node; no node of the Ray cluster has both"):
+    with pytest.raises(
+        RayUnavailable, match=r"^k: a job asks 8 CPUs and 1 GPUs on one node; no node of the Ray cluster has both"
+    ):
         rx.check_fits(None, "k", JobResources(num_cpus=8, num_gpus=1))
-    with pytest.raises(RayUnavailable, match=r"^k\.num_cpus: a job asks 17, the largest node of the Ray cluster has 16"):
+    with pytest.raises(
+        RayUnavailable, match=r"^k\.num_cpus: a job asks 17, the largest node of the Ray cluster has 16"
+    ):
         rx.check_fits(None, "k", JobResources(num_cpus=17))
     rx.check_fits(None, "k", JobResources(num_cpus=1), instances=("10.0.0.5:64256",))
     with pytest.raises(RayUnavailable, match=r"the node that declares s3_sim_10_0_0_5_64256 has fewer than 2 CPUs"):

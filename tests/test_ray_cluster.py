@@ -44,7 +44,9 @@ main()
 
 
 def _ray(env: dict[str, str], *args: str) -> None:
-    r = subprocess.run([sys.executable, "-c", RAY_START_ON_LOOPBACK, *args], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", RAY_START_ON_LOOPBACK, *args], env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
 
@@ -97,16 +99,23 @@ def test_a_stage_runs_on_a_two_node_cluster_with_the_local_outputs(two_nodes, tm
     (tmp_path / "ray").mkdir()
     _collect(tmp_path / "local", env, "collect.workers=2")
     r = _collect(tmp_path / "ray", env, "compute.backend=ray", f"compute.address={address}")
-    line = re.search(r"ray: (\d+) jobs on (\d+) node\(s\) in ([\d.]+) s \(([\d.]+) job-seconds, (\d+)% of the cluster's (\d+) CPUs busy\)", r.stderr)
+    line = re.search(
+        r"ray: (\d+) jobs on (\d+) node\(s\) in ([\d.]+) s \(([\d.]+) job-seconds, (\d+)% of the cluster's (\d+) CPUs busy\)",
+        r.stderr,
+    )
     assert line, r.stderr[-3000:]
     jobs, nodes, cpus = int(line.group(1)), int(line.group(2)), int(line.group(6))
     assert (jobs, nodes, cpus) == (6, 2, 2)  # every shard a job, spread over both nodes' single CPUs
     print(f"rehearsal: {line.group(0)}")  # the utilisation, for docs/cluster.md
-    shards = {p: json.loads((tmp_path / p / "rollouts" / "manifest.json").read_text())["shards"] for p in ("local", "ray")}
+    shards = {
+        p: json.loads((tmp_path / p / "rollouts" / "manifest.json").read_text())["shards"] for p in ("local", "ray")
+    }
     assert len(shards["local"]) == 6 and shards["ray"] == shards["local"]  # the same files, the same bytes
     procs = _cluster(env["RAY_AUTH_TOKEN"])
     listening = {(p.name(), c.laddr.ip) for p in procs for c in _connections(p) if c.status == psutil.CONN_LISTEN}
-    assert len({name for name, _ in listening}) >= 2 and sum("raylet" in name for name, _ in listening) >= 1, listening  # gcs + 2 raylets at least
+    assert len({name for name, _ in listening}) >= 2 and sum("raylet" in name for name, _ in listening) >= 1, (
+        listening
+    )  # gcs + 2 raylets at least
     assert {ip for _, ip in listening} <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}, listening
 
 

@@ -84,7 +84,9 @@ def is_generated(rel: str, generated: set[str]) -> bool:
 
 def test_readme_is_short() -> None:
     n = len(README.read_text(encoding="utf-8").splitlines())
-    assert n <= MAX_README_LINES, f"README.md has {n} lines (limit {MAX_README_LINES}): move reference material to docs/"
+    assert n <= MAX_README_LINES, (
+        f"README.md has {n} lines (limit {MAX_README_LINES}): move reference material to docs/"
+    )
 
 
 def test_dvc_declares_the_generated_paths_the_readme_names() -> None:
@@ -132,20 +134,46 @@ def _eval(rate: float, lap: float, seeds: int = 3, starts: int = 4) -> dict[str,
     """An eval in the suite's layout: per seed, round(rate * starts) laps of `lap` s per condition, the rest half a lap."""
     from s3.evaluate.suite import summarise
 
-    runs = [{"seed": seed, "track": "road_course", "condition": cond, "start_index": i, "completed": i < round(rate * starts),
-             "completion_fraction": 1.0 if i < round(rate * starts) else 0.5, "lap_time_s": lap if i < round(rate * starts) else None,
-             "mean_abs_steering_rate": 0.05 + 0.01 * seed, "mean_abs_steering_jerk": 0.5, "mean_abs_lateral_jerk": 1.0 + seed,
-             "time_off_track_s": 0.0, "min_edge_margin_m": 1.0}
-            for seed in range(seeds) for cond in ("nominal", "ice") for i in range(starts)]  # fmt: skip
-    return {"simulator": {"control_dt": 0.1}, "runs": runs, "summary": summarise(runs, ["road_course"], ["nominal", "ice"])}
+    runs = [
+        {
+            "seed": seed,
+            "track": "road_course",
+            "condition": cond,
+            "start_index": i,
+            "completed": i < round(rate * starts),
+            "completion_fraction": 1.0 if i < round(rate * starts) else 0.5,
+            "lap_time_s": lap if i < round(rate * starts) else None,
+            "mean_abs_steering_rate": 0.05 + 0.01 * seed,
+            "mean_abs_steering_jerk": 0.5,
+            "mean_abs_lateral_jerk": 1.0 + seed,
+            "time_off_track_s": 0.0,
+            "min_edge_margin_m": 1.0,
+        }
+        for seed in range(seeds)
+        for cond in ("nominal", "ice")
+        for i in range(starts)
+    ]
+    return {
+        "simulator": {"control_dt": 0.1},
+        "runs": runs,
+        "summary": summarise(runs, ["road_course"], ["nominal", "ice"]),
+    }
 
 
 @pytest.fixture
 def metrics(tmp_path: Path) -> Path:
     """A tiny metrics folder: four families, the oracle and pid (the style of tests/test_report.py)."""
     m = tmp_path / "metrics"
-    for fam, (ade, rate) in {"bicycle": (1.0, 0.25), "ddm": (0.2, 1.0), "transformer": (0.5, 0.5), "dytr": (0.3, 0.75)}.items():
-        _write_json(m / "distill" / f"{fam}.json", {"rollout": {"all": {"ade_1s": ade / 2, "ade_2s": ade}}, "total_wall_s": 10.0})
+    for fam, (ade, rate) in {
+        "bicycle": (1.0, 0.25),
+        "ddm": (0.2, 1.0),
+        "transformer": (0.5, 0.5),
+        "dytr": (0.3, 0.75),
+    }.items():
+        _write_json(
+            m / "distill" / f"{fam}.json",
+            {"rollout": {"all": {"ade_1s": ade / 2, "ade_2s": ade}}, "total_wall_s": 10.0},
+        )
         _write_json(m / "eval" / f"{fam}.json", _eval(rate, 100.0))
         _write_json(m / "train" / f"{fam}.json", {"family": fam, "train": {"wall_s": 20.0}})
     _write_json(m / "eval" / "oracle.json", _eval(1.0, 90.0))
@@ -160,7 +188,10 @@ def test_readme_table_renders_the_report(metrics: Path) -> None:
 
     rep = build_report(metrics)
     text = readme_table(rep)
-    assert "| ddm | 100 [100, 100] (n=3/12) | 100 [100, 100] (n=3/12) | 100 [100, 100] | 100 [100, 100] | 100.0 [100.0, 100.0] (n=12) |" in text
+    assert (
+        "| ddm | 100 [100, 100] (n=3/12) | 100 [100, 100] (n=3/12) | 100 [100, 100] | 100 [100, 100] | 100.0 [100.0, 100.0] (n=12) |"
+        in text
+    )
     assert "| pid | 100 [100, 100] (n=1/4) |" in text and "| bicycle | 25 [" in text
     assert "| 2 smoother, safer | ddm vs transformer: mean_abs_steering_rate lower |" in text
     assert "| 1 efficiency |" in text and "not run" in text  # no time-to-quality curves in this folder
@@ -178,7 +209,15 @@ def test_report_readme_option_replaces_only_the_block(metrics: Path, tmp_path: P
     readme = tmp_path / "README.md"
     head, tail = "# title\n\nbefore the block\n", "\nafter the block\n<!-- another comment -->\n"
     readme.write_text(f"{head}{README_BEGIN}\nstale numbers\n{README_END}{tail}")
-    args = ["report", "--metrics-dir", str(metrics), "--reports-dir", str(tmp_path / "reports"), "--plots-dir", str(tmp_path / "plots")]
+    args = [
+        "report",
+        "--metrics-dir",
+        str(metrics),
+        "--reports-dir",
+        str(tmp_path / "reports"),
+        "--plots-dir",
+        str(tmp_path / "plots"),
+    ]
     result = CliRunner().invoke(app, [*args, "--params", str(ROOT / "params.yaml"), "--readme", str(readme)])
     assert result.exit_code == 0, result.output
     text = readme.read_text()
@@ -210,5 +249,9 @@ def test_the_committed_readme_block_is_the_committed_report() -> None:
         pytest.skip("no metrics/report.json committed")
     report = json.loads(path.read_text())
     if "claims" not in report:
-        pytest.skip("metrics/report.json predates the study's layout (no claim rows): the README block is regenerated after the next full run")
-    assert readme_block(README.read_text(encoding="utf-8")) == readme_table(report).strip(), "run `s3 report --readme README.md`"
+        pytest.skip(
+            "metrics/report.json predates the study's layout (no claim rows): the README block is regenerated after the next full run"
+        )
+    assert readme_block(README.read_text(encoding="utf-8")) == readme_table(report).strip(), (
+        "run `s3 report --readme README.md`"
+    )

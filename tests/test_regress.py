@@ -23,7 +23,13 @@ def _eval(rate: float, lap: float | None, cond: str = "nominal", share: float | 
     def iv(x: float | None) -> dict:
         return {"estimate": x, "ci95": None if x is None else [x, x], "n_seeds": 3, "n_units": 12}
 
-    block = {"completion_rate": iv(rate), "lap_share": iv(rate if share is None else share), "lap_time_s": iv(lap), "completed": round(rate * 12), "runs": 12}
+    block = {
+        "completion_rate": iv(rate),
+        "lap_share": iv(rate if share is None else share),
+        "lap_time_s": iv(lap),
+        "completed": round(rate * 12),
+        "runs": 12,
+    }
     return {"summary": {"suite": {cond: block}, "road_course": {cond: block}}}
 
 
@@ -31,7 +37,10 @@ def _distill_metrics(fde: float = 0.2, rmse: float = 0.1, div: float | None = 0.
     return {
         "family": "ddm",
         "one_step_rmse": {"vx": rmse, "vy": rmse / 2, "yaw_rate": 0.05, "steer": 0.01},
-        "rollout": {"all": {"windows": 100, "ade_1s": fde / 2, "fde_1s": fde, "fde_2s": 3 * fde}, "ice": {"windows": 0, "fde_1s": None}},
+        "rollout": {
+            "all": {"windows": 100, "ade_1s": fde / 2, "fde_1s": fde, "fde_2s": 3 * fde},
+            "ice": {"windows": 0, "fde_1s": None},
+        },
         "divergence": {"rate": div, "rollouts": 10},
         "throughput_steps_per_s": {"1": 1000.0},
         "error_vs_horizon": {"all": [0.1, 0.2]},
@@ -60,7 +69,9 @@ def test_equal_metrics_pass_and_degraded_fail(ws: Path) -> None:
     assert "rollout.all.fde_1s" in tracked["metrics/distill/ddm.json"]
     assert "throughput_steps_per_s.1" not in tracked["metrics/distill/ddm.json"]  # speed is not judged
     assert set(tracked["metrics/eval/ddm.json"]) == {
-        f"summary.{where}.nominal.{key}.estimate" for where in ("suite", "road_course") for key in ("completion_rate", "lap_share", "lap_time_s")
+        f"summary.{where}.nominal.{key}.estimate"
+        for where in ("suite", "road_course")
+        for key in ("completion_rate", "lap_share", "lap_time_s")
     }
 
     ok, text = run_check(ws, p)
@@ -98,7 +109,10 @@ def test_manoeuvre_probe_errors_are_judged_as_errors(ws: Path, ice_err: float, o
     """The probes' 3 s errors in metrics/eval may grow 10 % like any predictive error; their slide count is not judged."""
 
     def with_probes(err: float, agreed: int) -> dict:
-        return {**_eval(1.0, 120.0), "probes": {"summary": {"pos_err_3s_asphalt": 1.0, "pos_err_3s_ice": err, "slides_agreed": agreed}}}
+        return {
+            **_eval(1.0, 120.0),
+            "probes": {"summary": {"pos_err_3s_asphalt": 1.0, "pos_err_3s_ice": err, "slides_agreed": agreed}},
+        }
 
     p = RegressParams()
     _write(ws, "metrics/eval/ddm.json", with_probes(1.0, 8))
@@ -133,7 +147,13 @@ def test_cli_exit_codes(ws: Path) -> None:
 
 
 def _commit_metrics(ws: Path) -> None:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     for cmd in (["init", "-q"], ["add", "metrics"], ["commit", "-qm", "baseline"]):
         subprocess.run(["git", *cmd], cwd=ws, check=True, env=env)
 
@@ -151,7 +171,9 @@ def test_a_baseline_without_the_quality_keys_says_so(ws: Path) -> None:
     """Committed metrics in the layout before the evaluation suite (summary.<condition>.completion_rate, no
     estimates) hold none of the judged quality keys: no crash, and the summary and its verdict line say the
     policy quality was not judged rather than passing silently. The other way round, the keys are missing."""
-    old_layout = {"summary": {"nominal": {"completion_rate": 1.0, "lap_time_s": {"mean": 120.0, "ci95": [119.0, 121.0], "n": 12}}}}
+    old_layout = {
+        "summary": {"nominal": {"completion_rate": 1.0, "lap_time_s": {"mean": 120.0, "ci95": [119.0, 121.0], "n": 12}}}
+    }
     _write(ws, "metrics/eval/ddm.json", old_layout)
     _commit_metrics(ws)
     p = RegressParams()
@@ -159,20 +181,34 @@ def test_a_baseline_without_the_quality_keys_says_so(ws: Path) -> None:
         _write(ws, "metrics/eval/ddm.json", now)
         ok, text = run_check(ws, p, ref="HEAD")
         assert ok, text
-        assert "policy quality NOT judged in 1 file(s): the baseline has none of summary.*.completion_rate.estimate" in text
+        assert (
+            "policy quality NOT judged in 1 file(s): the baseline has none of summary.*.completion_rate.estimate"
+            in text
+        )
         assert "metrics/eval/ddm.json (an older metrics layout?" in text
-        assert text.splitlines()[-1] == "no regression against git ref HEAD: 9 checks in 1 file(s) within tolerance; policy quality not judged in 1 file(s)"
+        assert (
+            text.splitlines()[-1]
+            == "no regression against git ref HEAD: 9 checks in 1 file(s) within tolerance; policy quality not judged in 1 file(s)"
+        )
     _write(ws, "metrics/eval/ddm.json", _eval(1.0, 120.0))
     _commit_metrics(ws)
     _write(ws, "metrics/eval/ddm.json", old_layout)
     ok, text = run_check(ws, p, ref="HEAD")
-    assert not ok and "FAIL completion metrics/eval/ddm.json summary.road_course.nominal.lap_share.estimate: 1 -> missing/null" in text
+    assert (
+        not ok
+        and "FAIL completion metrics/eval/ddm.json summary.road_course.nominal.lap_share.estimate: 1 -> missing/null"
+        in text
+    )
     assert "NOT judged" not in text
 
 
 def test_compare_reports_new_metrics_without_judging() -> None:
     p = RegressParams()
-    checks, new = compare({"metrics/distill/a.json": {"one_step_rmse.vx": 0.1}}, {"metrics/distill/a.json": {"one_step_rmse": {"vx": 0.1, "vy": 9.0}}}, p)
+    checks, new = compare(
+        {"metrics/distill/a.json": {"one_step_rmse.vx": 0.1}},
+        {"metrics/distill/a.json": {"one_step_rmse": {"vx": 0.1, "vy": 9.0}}},
+        p,
+    )
     assert all(c.ok for c in checks) and new == ["metrics/distill/a.json one_step_rmse.vy"]
 
 

@@ -36,10 +36,19 @@ ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ["--params", str(ROOT / "params_quick.yaml")]
 SMALL = [
     f"--set={s}"
-    for s in ("evaluate.tracks=[short]", "evaluate.conditions=[nominal]", "evaluate.start_fractions=[0.0]", "evaluate.workers=1", "regress.exclude_files=[]")
+    for s in (
+        "evaluate.tracks=[short]",
+        "evaluate.conditions=[nominal]",
+        "evaluate.start_fractions=[0.0]",
+        "evaluate.workers=1",
+        "regress.exclude_files=[]",
+    )
 ]  # direct is left out of the nightly's check (a wall-clock budget); here it is judged
 NAME, SEEDS = "direct", (0, 1)
-LOOK_POINT, STEER_GAIN = 2, 0.1  # steer = 0.1 per m of the centerline's lateral offset 10 m ahead (pure pursuit at 10 m: ~0.12)
+LOOK_POINT, STEER_GAIN = (
+    2,
+    0.1,
+)  # steer = 0.1 per m of the centerline's lateral offset 10 m ahead (pure pursuit at 10 m: ~0.12)
 TARGET_SPEED, SPEED_GAIN = 10.0, 0.5  # longitudinal = 0.5 * (10 m/s - vx): 10 m/s = 5.6 m/s^2 in the 18 m corner
 
 
@@ -47,8 +56,13 @@ def follower_policy(folder: Path) -> None:
     """A centerline follower as an exported MLP policy (ReLU, 4 hidden units: +-steer, +-speed error)."""
     env = EnvParams(obs_history=0, preview_points=4, preview_spacing=5.0)
     layout = obs_layout(env)
-    cfg = {"class_name": "MLPModel", "hidden_dims": [4], "activation": "relu", "obs_normalization": False,
-           "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 0.1}}  # fmt: skip
+    cfg = {
+        "class_name": "MLPModel",
+        "hidden_dims": [4],
+        "activation": "relu",
+        "obs_normalization": False,
+        "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 0.1},
+    }
     actor = build_actor(layout.dim, 2, cfg)
     critic = build_actor(layout.dim, 1, {k: v for k, v in cfg.items() if k != "distribution_cfg"})
     y_ahead = layout.groups["preview_xy"].start + 2 * (LOOK_POINT - 1) + 1
@@ -62,9 +76,16 @@ def follower_policy(folder: Path) -> None:
         actor.mlp[0].bias.copy_(b1)
         actor.mlp[2].weight.copy_(torch.tensor([[1.0, -1.0, 0.0, 0.0], [0.0, 0.0, 1.0, -1.0]]))
         actor.mlp[2].bias.zero_()
-    meta = {"family": NAME, "dt": load_params(ROOT / "params_quick.yaml").sim.control_dt, "obs": layout.to_json(), "params": {"seed": SEEDS[0], "env": env.model_dump(mode="json")},
-            "policy": {"type": "mlp", "recurrent": False, "num_actions": 2, "actor_cfg": cfg}}  # fmt: skip
-    save_policy(folder, actor, critic, meta)  # the selected seed at the top, every seed under seeds/ (as s3.rl.seeds keeps them)
+    meta = {
+        "family": NAME,
+        "dt": load_params(ROOT / "params_quick.yaml").sim.control_dt,
+        "obs": layout.to_json(),
+        "params": {"seed": SEEDS[0], "env": env.model_dump(mode="json")},
+        "policy": {"type": "mlp", "recurrent": False, "num_actions": 2, "actor_cfg": cfg},
+    }
+    save_policy(
+        folder, actor, critic, meta
+    )  # the selected seed at the top, every seed under seeds/ (as s3.rl.seeds keeps them)
     for seed in SEEDS:
         shutil.copytree(folder, folder / "seeds" / f"seed{seed}", ignore=shutil.ignore_patterns("seeds"))
 
@@ -148,7 +169,11 @@ def test_broken_policy_fails_the_regression_check(tmp_path: Path, monkeypatch: p
     code, out = s3("regress")
     assert code == 1, out
     failed = {line.split()[3].rstrip(":") for line in out.splitlines() if line.startswith("FAIL")}
-    judged = {f"summary.{where}.nominal.{key}.estimate" for where in ("suite", "short") for key in ("completion_rate", "lap_share", "lap_time_s")}
+    judged = {
+        f"summary.{where}.nominal.{key}.estimate"
+        for where in ("suite", "short")
+        for key in ("completion_rate", "lap_share", "lap_time_s")
+    }
     assert failed == judged, out
     assert f"FAIL completion metrics/eval/{NAME}.json summary.short.nominal.lap_share.estimate: 1 -> " in out
     assert out.strip().splitlines()[-1].startswith("REGRESSION")

@@ -41,7 +41,9 @@ FAST_RETRY = ["compute.retry.retry_backoff_s=0.01"]
 
 def _tiny(out: Path, *extra: str) -> Params:
     base = ["collect.episodes=2", "collect.episode_steps=30", "collect.episodes_per_shard=1", "collect.n_tracks=1"]
-    return load_params(None, [*base, *FAST_RETRY, f"collect.out_dir={out}/rollouts", f"collect.plot_dir={out}/plots", *extra])
+    return load_params(
+        None, [*base, *FAST_RETRY, f"collect.out_dir={out}/rollouts", f"collect.plot_dir={out}/plots", *extra]
+    )
 
 
 def _collect(params: Params) -> tuple[pd.DataFrame | None, dict]:
@@ -65,7 +67,9 @@ def mujoco_ref(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
     return df
 
 
-def test_worker_process_death_is_retried_and_the_data_is_unchanged(mujoco_ref, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_process_death_is_retried_and_the_data_is_unchanged(
+    mujoco_ref, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A worker dies (os._exit) once while driving episode 1: its shard is re-run, nothing is lost,
     and the dataset equals the uninterrupted one row for row."""
     monkeypatch.setenv(FAULT_EXIT_ENV, f"1:{tmp_path / 'died'}")
@@ -77,7 +81,9 @@ def test_worker_process_death_is_retried_and_the_data_is_unchanged(mujoco_ref, t
     pd.testing.assert_frame_equal(df, mujoco_ref)
 
 
-def test_worker_that_always_dies_is_reported_lost_and_recovered_by_a_rerun(mujoco_ref, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_that_always_dies_is_reported_lost_and_recovered_by_a_rerun(
+    mujoco_ref, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A shard whose worker dies every time is retried `compute.retry.retries` times, then reported lost;
     the other shard is kept; a re-run collects the lost episode and keeps the kept shard."""
     monkeypatch.setenv(FAULT_EXIT_ENV, "1:")
@@ -97,7 +103,14 @@ def test_worker_that_always_dies_is_reported_lost_and_recovered_by_a_rerun(mujoc
 
 # ---------------------------------------------------------------- simulator drops: BeamNG closes its socket
 def _bng(out: Path, port: int, *extra: str) -> Params:
-    return _tiny(out, "collect.workers=1", "sim.backend=beamng", f"sim.beamng.port={port}", f"sim.beamng.request_timeout={SOCKET_TIMEOUT}", *extra)
+    return _tiny(
+        out,
+        "collect.workers=1",
+        "sim.backend=beamng",
+        f"sim.beamng.port={port}",
+        f"sim.beamng.request_timeout={SOCKET_TIMEOUT}",
+        *extra,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +125,9 @@ def test_beamng_drop_mid_episode_is_retried_and_the_data_is_unchanged(beamng_ref
     with BeamngStandin(drop_after_steps=25) as server:
         df, m = _collect(_bng(tmp_path, server.port))
     assert server.dropped == 1
-    assert m["lost"] == [] and m["run"]["retried_this_run"] == [{"shard": 0, "episodes": [0, 0], "retries": 1, "causes": ["simulator lost"]}]
+    assert m["lost"] == [] and m["run"]["retried_this_run"] == [
+        {"shard": 0, "episodes": [0, 0], "retries": 1, "causes": ["simulator lost"]}
+    ]
     pd.testing.assert_frame_equal(df, beamng_ref)
 
 
@@ -123,7 +138,11 @@ def test_beamng_drop_that_persists_loses_the_episode_and_collection_goes_on(beam
         params = _bng(tmp_path, server.port, "compute.retry.retries=1")
         df, m = _collect(params)
         assert server.dropped == 2
-        assert m["episodes_lost"] == 1 and m["lost"][0]["episode"] == 0 and "simulator lost 2 times" in m["lost"][0]["reason"]
+        assert (
+            m["episodes_lost"] == 1
+            and m["lost"][0]["episode"] == 0
+            and "simulator lost 2 times" in m["lost"][0]["reason"]
+        )
         assert m["episodes"] == 1 and df is not None and set(df.episode) == {1}
         df, m = _collect(params)
     assert m["lost"] == []
@@ -131,8 +150,13 @@ def test_beamng_drop_that_persists_loses_the_episode_and_collection_goes_on(beam
 
 
 def _four(out: Path, *instances: int) -> Params:
-    return _tiny(out, "collect.episodes=4", "sim.backend=beamng", f"sim.beamng.request_timeout={SOCKET_TIMEOUT}",
-                 f"sim.beamng.instances=[{', '.join(f'127.0.0.1:{p}' for p in instances)}]")  # fmt: skip
+    return _tiny(
+        out,
+        "collect.episodes=4",
+        "sim.backend=beamng",
+        f"sim.beamng.request_timeout={SOCKET_TIMEOUT}",
+        f"sim.beamng.instances=[{', '.join(f'127.0.0.1:{p}' for p in instances)}]",
+    )
 
 
 def test_two_instances_serve_one_collection_and_survive_losing_one(tmp_path: Path) -> None:
@@ -169,9 +193,16 @@ def test_evaluation_over_two_instances_scores_like_one(tmp_path: Path) -> None:
     from s3.evaluate.evaluate import evaluate_baseline
 
     def run(name: str, *ports: int) -> dict:
-        params = _bng(tmp_path, ports[0], "evaluate.tracks=[short]", "evaluate.conditions=[nominal, ice]", "evaluate.gif=false",
-                      "evaluate.start_fractions=[0.0, 0.5]", "evaluate.max_lap_seconds=5",
-                      f"sim.beamng.instances=[{', '.join(f'127.0.0.1:{p}' for p in ports)}]")  # fmt: skip
+        params = _bng(
+            tmp_path,
+            ports[0],
+            "evaluate.tracks=[short]",
+            "evaluate.conditions=[nominal, ice]",
+            "evaluate.gif=false",
+            "evaluate.start_fractions=[0.0, 0.5]",
+            "evaluate.max_lap_seconds=5",
+            f"sim.beamng.instances=[{', '.join(f'127.0.0.1:{p}' for p in ports)}]",
+        )
         try:
             return evaluate_baseline("pid", params, tmp_path / f"{name}.json", None)
         finally:
@@ -196,11 +227,17 @@ def test_collect_fails_when_the_lost_share_reaches_its_threshold(tmp_path: Path)
     from s3.compute.retry import TooMuchLost
 
     # every episode drops, every time
-    with BeamngStandin(drop_after_steps=20, drops=100) as server, pytest.raises(TooMuchLost, match=r"collect: 2 of 2 lost .*simulator lost 1 time"):
+    with (
+        BeamngStandin(drop_after_steps=20, drops=100) as server,
+        pytest.raises(TooMuchLost, match=r"collect: 2 of 2 lost .*simulator lost 1 time"),
+    ):
         _collect(_bng(tmp_path / "all", server.port, "compute.retry.retries=0"))
     assert json.loads((tmp_path / "all" / "rollouts" / MANIFEST).read_text())["episodes_lost"] == 2
     # episode 0 lost, episode 1 kept
-    with BeamngStandin(drop_after_steps=20, drops=2) as server, pytest.raises(TooMuchLost, match=r"collect: 1 of 2 lost .*fail_at_lost_share 0.5"):
+    with (
+        BeamngStandin(drop_after_steps=20, drops=2) as server,
+        pytest.raises(TooMuchLost, match=r"collect: 1 of 2 lost .*fail_at_lost_share 0.5"),
+    ):
         _collect(_bng(tmp_path / "half", server.port, "compute.retry.retries=1", "compute.fail_at_lost_share=0.5"))
 
 
@@ -209,8 +246,15 @@ def test_evaluate_fails_when_every_run_is_lost(tmp_path: Path) -> None:
     from s3.evaluate.evaluate import evaluate_baseline
 
     with BeamngStandin(drop_after_steps=5, drops=100) as server:
-        params = _bng(tmp_path, server.port, "compute.retry.retries=0", "evaluate.tracks=[short]", "evaluate.conditions=[nominal]",
-                      "evaluate.start_fractions=[0.0, 0.5]", "evaluate.gif=false")  # fmt: skip
+        params = _bng(
+            tmp_path,
+            server.port,
+            "compute.retry.retries=0",
+            "evaluate.tracks=[short]",
+            "evaluate.conditions=[nominal]",
+            "evaluate.start_fractions=[0.0, 0.5]",
+            "evaluate.gif=false",
+        )
         with pytest.raises(TooMuchLost, match=r"evaluate pid: 2 of 2 lost"):
             evaluate_baseline("pid", params, tmp_path / "eval.json", None)
     assert not (tmp_path / "eval.json").exists()  # no metrics that stand for nothing
@@ -224,7 +268,9 @@ def test_unreachable_simulator_stops_collect_and_evaluate_after_bounded_retries(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    params = _bng(tmp_path, port, "compute.retry.retries=1", "evaluate.tracks=[short]", "evaluate.start_fractions=[0.0]")
+    params = _bng(
+        tmp_path, port, "compute.retry.retries=1", "evaluate.tracks=[short]", "evaluate.start_fractions=[0.0]"
+    )
     t0 = time.monotonic()
     with pytest.raises(SimulatorError, match=rf"cannot reach BeamNG.tech at 127.0.0.1:{port}.*2 attempts"):
         _collect(params)
@@ -243,11 +289,18 @@ def test_evaluation_retries_a_lost_run_then_reports_runs_lost(tmp_path: Path) ->
         params = load_params(
             None,
             [
-                "sim.backend=beamng", f"sim.beamng.port={server.port}", f"sim.beamng.request_timeout={SOCKET_TIMEOUT}",
-                "evaluate.conditions=[nominal]", "evaluate.start_fractions=[0.0, 0.5]", "evaluate.tracks=[road_course]",
-                "evaluate.gif=false", "evaluate.max_lap_seconds=5", "compute.retry.retries=1", *FAST_RETRY,
+                "sim.backend=beamng",
+                f"sim.beamng.port={server.port}",
+                f"sim.beamng.request_timeout={SOCKET_TIMEOUT}",
+                "evaluate.conditions=[nominal]",
+                "evaluate.start_fractions=[0.0, 0.5]",
+                "evaluate.tracks=[road_course]",
+                "evaluate.gif=false",
+                "evaluate.max_lap_seconds=5",
+                "compute.retry.retries=1",
+                *FAST_RETRY,
             ],
-        )  # fmt: skip
+        )
         return evaluate_baseline("pid", params, tmp_path / f"{name}.json", None)
 
     def scores(out: dict) -> list[tuple]:
@@ -262,13 +315,19 @@ def test_evaluation_retries_a_lost_run_then_reports_runs_lost(tmp_path: Path) ->
     assert scores(once) == scores(clean) and clean["lost"] == [] and clean["retried"] == []
     with BeamngStandin(drop_after_steps=20, drops=2) as server:
         lossy = run(server, "lossy")
-    assert [(r["start_index"], r["attempts"]) for r in lossy["lost"]] == [(0, 2)] and "BeamNG" in lossy["lost"][0]["error"]
+    assert [(r["start_index"], r["attempts"]) for r in lossy["lost"]] == [(0, 2)] and "BeamNG" in lossy["lost"][0][
+        "error"
+    ]
     assert scores(lossy) == scores(clean)[1:] and lossy["summary"]["suite"]["nominal"]["runs"] == 1
     assert json.loads((tmp_path / "lossy.json").read_text())["lost"] == lossy["lost"]
 
 
 def test_standin_command_line_drops_the_connection_on_request() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "s3.sim.beamng_standin", "--port", "0", "--drop-after-steps", "1"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "s3.sim.beamng_standin", "--port", "0", "--drop-after-steps", "1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert "listening on 127.0.0.1:" in line
@@ -314,7 +373,11 @@ def _extra_column(shard: Path) -> None:
     "damage, sync_manifest, expected",
     [
         (_truncate, True, "not a readable Parquet file"),
-        (lambda s: s.write_bytes(bytes(b ^ 0x5A if i == 40 else b for i, b in enumerate(s.read_bytes()))), False, "content differs"),
+        (
+            lambda s: s.write_bytes(bytes(b ^ 0x5A if i == 40 else b for i, b in enumerate(s.read_bytes()))),
+            False,
+            "content differs",
+        ),
         (_drop_column, True, "missing ['yaw_rate']"),
         (_extra_column, True, "extra ['bonus']"),
         (lambda s: s.unlink(), False, "listed in"),
@@ -343,7 +406,9 @@ def test_bad_rollouts_stop_distill_with_one_line_naming_the_file(
     result = CliRunner().invoke(app, ["distill", "--family", "bicycle", "--quiet", "--set", f"collect.out_dir={out}"])
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert result.exit_code == 2, result.output
-    assert len(lines) == 1 and expected in lines[0] and (str(shard) in lines[0] or str(out / MANIFEST) in lines[0]), result.output
+    assert len(lines) == 1 and expected in lines[0] and (str(shard) in lines[0] or str(out / MANIFEST) in lines[0]), (
+        result.output
+    )
     assert not (tmp_path / "models").exists(), "nothing downstream ran"
 
 
@@ -360,7 +425,9 @@ FIGURE_EIGHT = [(60 * math.sin(2 * t), 40 * math.sin(t)) for t in np.linspace(0,
     ],
     ids=["self-intersection", "duplicate", "nan"],
 )
-def test_bad_track_csv_is_one_cli_line_naming_the_file(tmp_path: Path, pts: list[tuple[float, float]], expected: str) -> None:
+def test_bad_track_csv_is_one_cli_line_naming_the_file(
+    tmp_path: Path, pts: list[tuple[float, float]], expected: str
+) -> None:
     bad = tmp_path / "circuit.csv"
     bad.write_text("# x_m,y_m,w_tr_right_m,w_tr_left_m\n" + "".join(f"{x:.4f},{y:.4f},4.0,4.0\n" for x, y in pts))
     result = CliRunner().invoke(app, ["track", "show", str(bad)])
@@ -378,7 +445,9 @@ def test_two_dvc_repro_on_one_workspace_second_fails_fast(tmp_path: Path) -> Non
     subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=ws, env=env, check=True)
     stage = f"{sys.executable} -c \"import pathlib, time; pathlib.Path('started').touch(); time.sleep(5); pathlib.Path('out.txt').write_text('ok')\""
     (ws / "dvc.yaml").write_text(f"stages:\n  slow:\n    cmd: {json.dumps(stage)}\n    outs:\n      - out.txt\n")
-    first = subprocess.Popen([dvc, "repro"], cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(
+        [dvc, "repro"], cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.monotonic() + 60
     while not (ws / "started").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -395,14 +464,30 @@ def test_two_s3_collect_on_one_folder_second_fails_fast(tmp_path: Path, monkeypa
     """`s3 collect` runs in a subprocess; a second `s3 collect` (another process: this one) on the
     same folder exits 2 at once with one line, and the first finishes with a valid dataset."""
     out = tmp_path / "rollouts"
-    sets = [a for o in ["collect.episodes=4", "collect.episode_steps=60", "collect.episodes_per_shard=1", "collect.n_tracks=1",
-                        "collect.workers=1", f"collect.out_dir={out}", f"collect.plot_dir={tmp_path}/plots"] for a in ("--set", o)]  # fmt: skip
+    sets = [
+        a
+        for o in [
+            "collect.episodes=4",
+            "collect.episode_steps=60",
+            "collect.episodes_per_shard=1",
+            "collect.n_tracks=1",
+            "collect.workers=1",
+            f"collect.out_dir={out}",
+            f"collect.plot_dir={tmp_path}/plots",
+        ]
+        for a in ("--set", o)
+    ]
     env = {**os.environ, "S3_MLFLOW": "0", "OMP_NUM_THREADS": "1"}
     from s3.cli import _known_errors
 
     _known_errors()  # the CLI imports every stage's error type on its first error: do that before timing
     first = subprocess.Popen(
-        [sys.executable, "-m", "s3", "collect", "--quiet", *sets], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-m", "s3", "collect", "--quiet", *sets],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     lock = out / ".s3_lock"
     deadline = time.monotonic() + 60
@@ -448,9 +533,19 @@ def test_same_seed_gives_the_same_distilled_model_metrics_on_cpu(tmp_path: Path)
 
     df = generate_rollouts(n_episodes=10, episode_steps=120, seed=2)
     p = DistillParams(
-        history=5, horizon=5, batch_size=64, train_windows_per_epoch=256, val_windows=128, max_epochs=2, max_minutes=10.0,
-        progress_bar=False, device="cpu", throughput_sizes=[1], eval_stride=20, transformer={"d_model": 16, "layers": 1, "heads": 2},
-    )  # fmt: skip
+        history=5,
+        horizon=5,
+        batch_size=64,
+        train_windows_per_epoch=256,
+        val_windows=128,
+        max_epochs=2,
+        max_minutes=10.0,
+        progress_bar=False,
+        device="cpu",
+        throughput_sizes=[1],
+        eval_stride=20,
+        transformer={"d_model": 16, "layers": 1, "heads": 2},
+    )
 
     def timing_free(x: object) -> object:
         if isinstance(x, dict):

@@ -32,7 +32,13 @@ TRAIN_TINY = {
     "progress_bar": True,
     "env": {"num_envs": 32, "episode_seconds": 10.0},
     "tracks": {"pool_size": 2, "validation_tracks": 1, "validation_starts": 1, "circuit_fraction": 0.0},
-    "ppo": {"num_steps_per_env": 8, "actor_hidden": [16], "critic_hidden": [16], "learning_epochs": 1, "mini_batches": 1},
+    "ppo": {
+        "num_steps_per_env": 8,
+        "actor_hidden": [16],
+        "critic_hidden": [16],
+        "learning_epochs": 1,
+        "mini_batches": 1,
+    },
 }
 
 
@@ -53,7 +59,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "models"
 
 
-def test_nan_ppo_loss_stops_training_and_keeps_the_last_good_state(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nan_ppo_loss_stops_training_and_keeps_the_last_good_state(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rsl_rl.algorithms import PPO
 
     from s3.platform import tracking
@@ -75,9 +83,22 @@ def test_nan_ppo_loss_stops_training_and_keeps_the_last_good_state(model_dir: Pa
 
     monkeypatch.setattr(PPO, "update", poisoned)
     with pytest.raises(TrainError) as e:
-        train("bicycle", model_dir, tmp_path / "policies", tmp_path / "plots", TrainParams.model_validate({**TRAIN_TINY, "progress_bar": False}), run=run)
+        train(
+            "bicycle",
+            model_dir,
+            tmp_path / "policies",
+            tmp_path / "plots",
+            TrainParams.model_validate({**TRAIN_TINY, "progress_bar": False}),
+            run=run,
+        )
     msg, resume = str(e.value), resume_path(tmp_path / "policies" / "bicycle")
-    assert "non-finite PPO loss" in msg and "iteration 3" in msg and str(resume) in msg and "iteration 2" in msg and "\n" not in msg
+    assert (
+        "non-finite PPO loss" in msg
+        and "iteration 3" in msg
+        and str(resume) in msg
+        and "iteration 2" in msg
+        and "\n" not in msg
+    )
     state = torch.load(resume, weights_only=True)
     assert state["done_it"] == 2
     assert all(torch.isfinite(v).all() for v in state["trainer"]["alg"]["actor_state_dict"].values())
@@ -85,7 +106,11 @@ def test_nan_ppo_loss_stops_training_and_keeps_the_last_good_state(model_dir: Pa
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=_mlflow_uri(tmp_path))
-    assert sorted(m.step for m in client.get_metric_history(run.run_id, "train/Loss/value")) == [0, 1, 2]  # the curve up to the failure
+    assert sorted(m.step for m in client.get_metric_history(run.run_id, "train/Loss/value")) == [
+        0,
+        1,
+        2,
+    ]  # the curve up to the failure
 
 
 def test_training_resumes_from_its_last_checkpoint_after_sigkill(
@@ -97,12 +122,25 @@ def test_training_resumes_from_its_last_checkpoint_after_sigkill(
     from s3.rl.resume import resume_path
     from s3.rl.train import train
 
-    env = {**os.environ, "MLFLOW_TRACKING_URI": _mlflow_uri(tmp_path), "MLFLOW_ALLOW_FILE_STORE": "true", "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": _mlflow_uri(tmp_path),
+        "MLFLOW_ALLOW_FILE_STORE": "true",
+        "OMP_NUM_THREADS": "1",
+    }
     script = (
         "import json, sys; from s3.rl.params import TrainParams; from s3.rl.train import train; "
         "train('bicycle', sys.argv[1], sys.argv[2], sys.argv[3], TrainParams.model_validate(json.loads(sys.argv[4])))"
     )
-    cmd = [sys.executable, "-c", script, str(model_dir), str(tmp_path / "policies"), str(tmp_path / "plots"), json.dumps(TRAIN_TINY)]
+    cmd = [
+        sys.executable,
+        "-c",
+        script,
+        str(model_dir),
+        str(tmp_path / "policies"),
+        str(tmp_path / "plots"),
+        json.dumps(TRAIN_TINY),
+    ]
     resume = resume_path(tmp_path / "policies" / "bicycle")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
@@ -118,7 +156,9 @@ def test_training_resumes_from_its_last_checkpoint_after_sigkill(
     for key in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE"):
         monkeypatch.setenv(key, env[key])
     capfd.readouterr()
-    train("bicycle", model_dir, tmp_path / "policies", tmp_path / "plots", TrainParams.model_validate(TRAIN_TINY))  # the re-run
+    train(
+        "bicycle", model_dir, tmp_path / "policies", tmp_path / "plots", TrainParams.model_validate(TRAIN_TINY)
+    )  # the re-run
     assert f"resuming from {resume} at iteration {saved}/10" in capfd.readouterr().err
     meta = json.loads((tmp_path / "policies" / "bicycle" / "policy.json").read_text())
     assert meta["train"]["resumed_from_iteration"] == saved and meta["train"]["iterations"] == 10
@@ -132,8 +172,17 @@ def test_training_resumes_from_its_last_checkpoint_after_sigkill(
     params = TrainParams.model_validate(TRAIN_TINY)
     actor, _ = load_actor(tmp_path / "policies" / "bicycle")
     actor.load_state_dict(state["checkpoints"][0]["actor"])
-    alone = validate(actor, load_checkpoint(model_dir / "bicycle", "bicycle"), validation_tracks(params.tracks, params.seed), params, torch.device("cpu"))
-    assert alone["score"] == meta["history"][0]["score"] and alone["completion_rate"] == meta["history"][0]["completion_rate"]
+    alone = validate(
+        actor,
+        load_checkpoint(model_dir / "bicycle", "bicycle"),
+        validation_tracks(params.tracks, params.seed),
+        params,
+        torch.device("cpu"),
+    )
+    assert (
+        alone["score"] == meta["history"][0]["score"]
+        and alone["completion_rate"] == meta["history"][0]["completion_rate"]
+    )
     assert not resume.exists()
 
 
@@ -157,14 +206,33 @@ def _children_end_with(proc: subprocess.Popen, ready: Callable[[], bool]) -> Non
 @pytest.mark.slow  # ~11 s; nightly (make test-all)
 def test_seed_workers_end_when_train_is_killed(model_dir: Path, tmp_path: Path) -> None:
     """Before s3.workers, a killed `s3 train` left its seed workers training as orphans."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": _mlflow_uri(tmp_path), "MLFLOW_ALLOW_FILE_STORE": "true", "OMP_NUM_THREADS": "1"}
-    params = {**TRAIN_TINY, "max_env_steps": 32 * 8 * 10_000, "seeds": 2, "seed_workers": 2, "seed_selection": "model"}  # hours, unless killed
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": _mlflow_uri(tmp_path),
+        "MLFLOW_ALLOW_FILE_STORE": "true",
+        "OMP_NUM_THREADS": "1",
+    }
+    params = {
+        **TRAIN_TINY,
+        "max_env_steps": 32 * 8 * 10_000,
+        "seeds": 2,
+        "seed_workers": 2,
+        "seed_selection": "model",
+    }  # hours, unless killed
     script = (
         "import json, sys; from pathlib import Path; from s3.rl.params import TrainParams; from s3.rl.seeds import train_seeds; "
         "train_seeds('bicycle', 'bicycle', Path(sys.argv[1]) / 'bicycle', sys.argv[2], sys.argv[3], TrainParams.model_validate(json.loads(sys.argv[4])))"
     )
     out = tmp_path / "policies"
-    cmd = [sys.executable, "-c", script, str(model_dir), str(out), str(tmp_path / "plots" / "bicycle.png"), json.dumps(params)]
+    cmd = [
+        sys.executable,
+        "-c",
+        script,
+        str(model_dir),
+        str(out),
+        str(tmp_path / "plots" / "bicycle.png"),
+        json.dumps(params),
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _children_end_with(proc, lambda: len(list(out.rglob("*.pt"))) >= 2)  # both seeds saved a chunk
 
@@ -173,13 +241,30 @@ def test_seed_workers_end_when_train_is_killed(model_dir: Path, tmp_path: Path) 
 def test_collect_workers_end_when_collect_is_killed(tmp_path: Path) -> None:
     """The collection pool's workers end with `s3 collect` too (the same initializer as the seeds')."""
     out = tmp_path / "rollouts"
-    sets = [a for o in ["collect.episodes=400", "collect.episode_steps=300", "collect.episodes_per_shard=1", "collect.n_tracks=1",
-                        "collect.workers=2", f"collect.out_dir={out}", f"collect.plot_dir={tmp_path}/plots"] for a in ("--set", o)]  # fmt: skip
+    sets = [
+        a
+        for o in [
+            "collect.episodes=400",
+            "collect.episode_steps=300",
+            "collect.episodes_per_shard=1",
+            "collect.n_tracks=1",
+            "collect.workers=2",
+            f"collect.out_dir={out}",
+            f"collect.plot_dir={tmp_path}/plots",
+        ]
+        for a in ("--set", o)
+    ]
     env = {**os.environ, "S3_MLFLOW": "0", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "s3", "collect", "--quiet", *sets], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "s3", "collect", "--quiet", *sets],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
-    _children_end_with(proc, lambda: len(list(out.glob("shard-*.parquet"))) >= 2)  # minutes of episodes left, unless killed
+    _children_end_with(
+        proc, lambda: len(list(out.glob("shard-*.parquet"))) >= 2
+    )  # minutes of episodes left, unless killed
 
 
 @pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polling"])
@@ -187,8 +272,11 @@ def test_a_pool_worker_ends_when_the_process_it_watches_ends(pidfd: bool) -> Non
     """exit_with_parent watches any process, not only the parent (a forkserver worker's parent is
     the server); without pidfd_open (Linux < 5.3) it polls the pid."""
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    script = ("import os, sys, time\n" + ("" if pidfd else "del os.pidfd_open\n") +
-              "from s3.workers import exit_with_parent\nexit_with_parent(int(sys.argv[1]))\ntime.sleep(120)")  # fmt: skip
+    script = (
+        "import os, sys, time\n"
+        + ("" if pidfd else "del os.pidfd_open\n")
+        + "from s3.workers import exit_with_parent\nexit_with_parent(int(sys.argv[1]))\ntime.sleep(120)"
+    )
     watcher = subprocess.Popen([sys.executable, "-c", script, str(sleeper.pid)])
     try:
         time.sleep(1.5)

@@ -14,7 +14,15 @@ from s3.evaluate import report as rp
 from s3.evaluate.report_cost import DASH, efficiency
 from s3.evaluate.report_mlflow import log_report_mlflow
 from s3.evaluate.report_ranks import quality_ranks, spearman
-from s3.evaluate.report_render import MAIN_COLUMNS, correlation_lines, cost_lines, efficiency_rows, main_rows, markdown, report_table
+from s3.evaluate.report_render import (
+    MAIN_COLUMNS,
+    correlation_lines,
+    cost_lines,
+    efficiency_rows,
+    main_rows,
+    markdown,
+    report_table,
+)
 
 ADE2 = {"bicycle": 1.0, "ddm": 0.2, "transformer": 0.5, "dytr": 0.3}  # accuracy order: ddm, dytr, transformer, bicycle
 COMPLETION = {"bicycle": 0.25, "ddm": 1.0, "transformer": 0.5, "dytr": 0.75}  # the same order
@@ -30,7 +38,12 @@ def _write(path: Path, obj: Any) -> None:
 def _distill(ade2: float, wall: float) -> dict[str, Any]:
     split = {"windows": 10, "ade_1s": ade2 / 2, "ade_2s": ade2, "fde_2s": 2 * ade2}
     curve = {"t": [0.5, 1.0, 2.0], "all": [ade2 / 4, ade2 / 2, ade2], "ice": [ade2 / 2, ade2, 2 * ade2]}
-    return {"dt": 0.1, "rollout": {"all": split, "ice": {k: 2 * v for k, v in split.items()}}, "error_vs_horizon": curve, "total_wall_s": wall}
+    return {
+        "dt": 0.1,
+        "rollout": {"all": split, "ice": {k: 2 * v for k, v in split.items()}},
+        "error_vs_horizon": curve,
+        "total_wall_s": wall,
+    }
 
 
 def _runs(rate: float, cond: str, lap: float | None, seeds: int = 3, starts: int = 4) -> list[dict[str, Any]]:
@@ -39,10 +52,24 @@ def _runs(rate: float, cond: str, lap: float | None, seeds: int = 3, starts: int
     for seed in range(seeds):
         for i in range(starts):
             done = i < round(rate * starts)
-            rows.append({"seed": seed, "track": "road_course", "condition": cond, "start_index": i, "completed": done,
-                         "completion_fraction": 1.0 if done else 0.5, "lap_time_s": lap if done else None,
-                         "mean_abs_steering_rate": 0.05, "mean_abs_steering_jerk": 0.5, "mean_abs_lateral_jerk": 1.0, "pedal_switches": 12.0,
-                         "time_off_track_s": 0.0, "min_edge_margin_m": 1.0, "patch_crossing_rate": 0.5 if cond == "ice" else None})  # fmt: skip
+            rows.append(
+                {
+                    "seed": seed,
+                    "track": "road_course",
+                    "condition": cond,
+                    "start_index": i,
+                    "completed": done,
+                    "completion_fraction": 1.0 if done else 0.5,
+                    "lap_time_s": lap if done else None,
+                    "mean_abs_steering_rate": 0.05,
+                    "mean_abs_steering_jerk": 0.5,
+                    "mean_abs_lateral_jerk": 1.0,
+                    "pedal_switches": 12.0,
+                    "time_off_track_s": 0.0,
+                    "min_edge_margin_m": 1.0,
+                    "patch_crossing_rate": 0.5 if cond == "ice" else None,
+                }
+            )
     return rows
 
 
@@ -50,12 +77,18 @@ def _eval(nominal: float, ice: float, lap: float | None = 100.0, gap: bool = Tru
     from s3.evaluate.suite import by_seed, summarise
 
     runs = _runs(nominal, "nominal", lap) + _runs(ice, "ice", lap)
-    out = {"simulator": {"control_dt": 0.1}, "runs": runs, "summary": summarise(runs, ["road_course"], ["nominal", "ice"]),
-           "by_seed": by_seed(runs, ["nominal", "ice"])}  # fmt: skip
+    out = {
+        "simulator": {"control_dt": 0.1},
+        "runs": runs,
+        "summary": summarise(runs, ["road_course"], ["nominal", "ice"]),
+        "by_seed": by_seed(runs, ["nominal", "ice"]),
+    }
     if gap:
-        g = {"completion_rate": {"source": nominal, "distilled": 1.0, "gap": nominal - 1.0},
-             "lap_share": {"source": 1.0, "distilled": 1.0, "gap": 0.0},
-             "lap_time_s": {"source": lap, "distilled": 90.0, "gap": None if lap is None else lap - 90.0}}  # fmt: skip
+        g = {
+            "completion_rate": {"source": nominal, "distilled": 1.0, "gap": nominal - 1.0},
+            "lap_share": {"source": 1.0, "distilled": 1.0, "gap": 0.0},
+            "lap_time_s": {"source": lap, "distilled": 90.0, "gap": None if lap is None else lap - 90.0},
+        }
         out["transfer_gap"] = {"nominal": g, "ice": g}
     return out
 
@@ -71,11 +104,16 @@ def ws(tmp_path: Path) -> Path:
     _write(m / "eval" / "oracle.json", _eval(1.0, 1.0, 90.0))
     _write(m / "train" / "oracle.json", {"policy": "oracle", "family": "dytr", "train": {"wall_s": 25.0}})
     _write(m / "eval" / "direct.json", _eval(1.0, 0.0, gap=False))
-    _write(m / "train" / "direct.json", {"wall_s": 80.0, "budget_s": 300.0, "env_steps": 12000, "env_steps_per_s": 150.0, "workers": 2})
+    _write(
+        m / "train" / "direct.json",
+        {"wall_s": 80.0, "budget_s": 300.0, "env_steps": 12000, "env_steps_per_s": 150.0, "workers": 2},
+    )
     _write(m / "eval" / "pid.json", _eval(1.0, 1.0, 120.0, gap=False))
     manifest = {"control_dt": 0.1, "rows": 5000, "simulator": "mujoco", "params": {"collect": {"workers": 0}}}
     _write(tmp_path / "data" / "rollouts" / "manifest.json", manifest)
-    _write(m / "collect.json", {"wall_seconds_this_run": 60.0, "wall_seconds_total": 100.0, "workers": 4})  # the run's clock, not the data's
+    _write(
+        m / "collect.json", {"wall_seconds_this_run": 60.0, "wall_seconds_total": 100.0, "workers": 4}
+    )  # the run's clock, not the data's
     return tmp_path
 
 
@@ -90,12 +128,23 @@ def test_table_joins_accuracy_and_quality(ws: Path) -> None:
     rep = rp.build_report(ws / "metrics")
     assert list(rep["rows"]) == ["bicycle", "ddm", "transformer", "dytr", "oracle", "direct", "pid"]
     ddm = rep["rows"]["ddm"]
-    assert ddm["prediction"]["ade_2s_all"] == 0.2 and ddm["prediction"]["ade_1s_ice"] == 0.2 and ddm["prediction"]["ade_2s_ice"] == 0.4
+    assert (
+        ddm["prediction"]["ade_2s_all"] == 0.2
+        and ddm["prediction"]["ade_1s_ice"] == 0.2
+        and ddm["prediction"]["ade_2s_ice"] == 0.4
+    )
     assert ddm["policy"]["nominal"]["completion_rate"] == 1.0 and ddm["policy"]["ice"]["patch_crossing_rate"] == 0.5
     assert ddm["transfer_gap"]["nominal"] == {"completion_rate": 0.0, "lap_share": 0.0, "lap_time_s": 10.0}
     nominal = ddm["policy"]["nominal"]
-    assert nominal["seeds"] == 3 and nominal["runs"] == 12 and nominal["lap_time_n"] == 12 and nominal["completion_ci95"] == [1.0, 1.0]
-    bicycle = rep["rows"]["bicycle"]["policy"]["nominal"]  # 1 of 4 laps per seed: 0.25 with a zero-width seed interval, lap share 0.625
+    assert (
+        nominal["seeds"] == 3
+        and nominal["runs"] == 12
+        and nominal["lap_time_n"] == 12
+        and nominal["completion_ci95"] == [1.0, 1.0]
+    )
+    bicycle = rep["rows"]["bicycle"]["policy"][
+        "nominal"
+    ]  # 1 of 4 laps per seed: 0.25 with a zero-width seed interval, lap share 0.625
     assert bicycle["completion_rate"] == 0.25 and bicycle["lap_share"] == 0.625 and bicycle["lap_time_n"] == 3
     assert rep["rows"]["oracle"]["prediction_from"] == "dytr"  # the oracle drives dytr's model
     assert rep["rows"]["oracle"]["prediction"]["ade_2s_all"] == 0.3
@@ -104,8 +153,14 @@ def test_table_joins_accuracy_and_quality(ws: Path) -> None:
     rows = {r[0]: r for r in main_rows(rep)}
     assert rows["ddm"][1:5] == ["0.10", "0.20", "0.20", "0.40"]
     assert rows["ddm"][5:7] == [DASH, DASH]  # no manoeuvre probes in these evals
-    assert rows["ddm"][7:13] == ["100 [100, 100] (n=3/12)", "100 [100, 100] (n=3/12)", "100 [100, 100]", "100 [100, 100]", "100.0 [100.0, 100.0] (n=12)",
-                                 "100.0 [100.0, 100.0] (n=12)"]  # fmt: skip
+    assert rows["ddm"][7:13] == [
+        "100 [100, 100] (n=3/12)",
+        "100 [100, 100] (n=3/12)",
+        "100 [100, 100]",
+        "100 [100, 100]",
+        "100.0 [100.0, 100.0] (n=12)",
+        "100.0 [100.0, 100.0] (n=12)",
+    ]
     assert rows["ddm"][16] == "+0% / +10.0 s" and rows["ddm"][18] == "1.0"
     assert rows["pid"][1] == DASH and rows["pid"][16] == DASH and rows["pid"][18] == DASH
     assert "oracle (dytr model)" in rows
@@ -119,7 +174,14 @@ def test_manoeuvre_probes_join_the_table_and_the_correlation(ws: Path) -> None:
     ice_err = {"bicycle": 4.0, "ddm": 1.0, "transformer": 3.0, "dytr": 2.0}  # the accuracy order of ADE2
     for fam, c in COMPLETION.items():
         ev = _eval(c, c)
-        ev["probes"] = {"summary": {"pos_err_3s_asphalt": 0.5, "pos_err_3s_ice": 5.0 - ice_err[fam], "slides_agreed": 6, "manoeuvres": 8}}
+        ev["probes"] = {
+            "summary": {
+                "pos_err_3s_asphalt": 0.5,
+                "pos_err_3s_ice": 5.0 - ice_err[fam],
+                "slides_agreed": 6,
+                "manoeuvres": 8,
+            }
+        }
         _write(ws / "metrics" / "eval" / f"{fam}.json", ev)
     rep = rp.build_report(ws / "metrics")
     pred = rep["rows"]["ddm"]["prediction"]
@@ -133,7 +195,9 @@ def test_manoeuvre_probes_join_the_table_and_the_correlation(ws: Path) -> None:
     assert any(line.startswith("probe_3s_ice: rho = -1.00") for line in correlation_lines(rep))
 
 
-@pytest.mark.parametrize(("completion", "rho"), [(COMPLETION, 1.0), ({f: 1.25 - c for f, c in COMPLETION.items()}, -1.0)])
+@pytest.mark.parametrize(
+    ("completion", "rho"), [(COMPLETION, 1.0), ({f: 1.25 - c for f, c in COMPLETION.items()}, -1.0)]
+)
 def test_spearman_sign_convention(ws: Path, completion: dict[str, float], rho: float) -> None:
     """+1: the most accurate family drives best; -1: the least accurate drives best."""
     for fam, c in completion.items():
@@ -148,8 +212,15 @@ def test_quality_ties_break_on_lap_time_and_average() -> None:
     def row(score: float | None, nominal: float | None, ice: float | None) -> dict[str, Any]:
         return {"quality": {"score": score}, "policy": {"nominal": {"lap_time_s": nominal}, "ice": {"lap_time_s": ice}}}
 
-    ranks = quality_ranks({"a": row(1.0, 110.0, 150.0), "b": row(1.0, 100.0, 150.0), "c": row(0.5, None, None),
-                              "d": row(0.5, None, None), "e": row(None, 90.0, 90.0)})  # fmt: skip
+    ranks = quality_ranks(
+        {
+            "a": row(1.0, 110.0, 150.0),
+            "b": row(1.0, 100.0, 150.0),
+            "c": row(0.5, None, None),
+            "d": row(0.5, None, None),
+            "e": row(None, 90.0, 90.0),
+        }
+    )
     assert ranks == {"b": 1.0, "a": 2.0, "c": 3.5, "d": 3.5}
 
 
@@ -158,9 +229,14 @@ def test_quality_ties_on_completion_break_on_the_lap_share_driven() -> None:
 
     def row(shares: tuple[float, float] | None) -> dict[str, Any]:
         conds = dict(zip(("nominal", "ice"), shares or (None, None)))
-        return {"quality": {"score": 0.0}, "policy": {c: {"lap_time_s": None, "lap_share": v} for c, v in conds.items()}}
+        return {
+            "quality": {"score": 0.0},
+            "policy": {c: {"lap_time_s": None, "lap_share": v} for c, v in conds.items()},
+        }
 
-    ranks = quality_ranks({"far": row((0.6, 0.3)), "near": row((0.1, 0.1)), "mid": row((0.3, 0.2)), "unknown": row(None)})
+    ranks = quality_ranks(
+        {"far": row((0.6, 0.3)), "near": row((0.1, 0.1)), "mid": row((0.3, 0.2)), "unknown": row(None)}
+    )
     assert ranks == {"far": 1.0, "mid": 2.0, "near": 3.0, "unknown": 4.0}
 
 
@@ -183,7 +259,11 @@ def test_efficiency_arithmetic(ws: Path) -> None:
     ddm = eff["families"]["ddm"]
     assert ddm["one_time_cost_s"] == 150.0  # collect 100 + distill 50
     assert ddm["speedup"] == pytest.approx(4.0) and ddm["speedup_bound"] == "exact" and ddm["speedup_text"] == "4.0x"
-    assert ddm["break_even_n"] == pytest.approx(2.5) and ddm["break_even_policies"] == 3 and ddm["break_even_bound"] == "exact"
+    assert (
+        ddm["break_even_n"] == pytest.approx(2.5)
+        and ddm["break_even_policies"] == 3
+        and ddm["break_even_bound"] == "exact"
+    )
     rt = eff["real_time"]["ddm"]
     assert rt["one_time_cost_s"] == pytest.approx(175.0)  # 125 + 50
     assert rt["speedup"] == pytest.approx(30.0)  # 600 / 20
@@ -196,7 +276,10 @@ def test_efficiency_arithmetic(ws: Path) -> None:
 
 def test_rl_wall_counts_every_seed_trained_side_by_side(ws: Path) -> None:
     seeds = {"selected_seed": 1, "wall_s": 40.0, "seeds": [{"seed": 0, "wall_s": 38.0}, {"seed": 1, "wall_s": 25.0}]}
-    _write(ws / "metrics" / "train" / "oracle.json", {"policy": "oracle", "family": "dytr", "train": {"wall_s": 25.0}, "seed_selection": seeds})
+    _write(
+        ws / "metrics" / "train" / "oracle.json",
+        {"policy": "oracle", "family": "dytr", "train": {"wall_s": 25.0}, "seed_selection": seeds},
+    )
     eff = rp.build_report(ws / "metrics")["efficiency"]
     assert eff["families"]["oracle"]["rl_wall_s"] == 40.0  # the whole seed stage, not the kept seed's 25 s
     assert eff["families"]["ddm"]["rl_wall_s"] == 20.0  # one seed: its own wall clock
@@ -218,10 +301,21 @@ def test_a_seed_chosen_in_the_source_is_a_separate_row_with_its_cost(ws: Path) -
     _write(ws / "metrics" / "train" / "ddm.json", {"family": "ddm", "train": {"wall_s": 20.0}, "seed_selection": sel})
     rep = rp.build_report(ws / "metrics")
     every, chosen = rep["rows"]["ddm"], rep["rows"]["ddm (selected)"]
-    assert every["policy"]["nominal"]["completion_rate"] == pytest.approx(1 / 3) and every["policy"]["nominal"]["seeds"] == 3
-    assert chosen["kind"] == "selected" and chosen["policy"]["nominal"]["completion_rate"] == 1.0 and chosen["policy"]["nominal"]["seeds"] == 1
-    assert chosen["selection"]["source_car_steps"] == 3000 and chosen["selection"]["source_real_time_one_instance_s"] == pytest.approx(300.0)  # 3000 x 0.1 s
-    assert every["quality"]["rank"] is not None and chosen["quality"]["rank"] is None  # the ranks compare families, every seed
+    assert (
+        every["policy"]["nominal"]["completion_rate"] == pytest.approx(1 / 3)
+        and every["policy"]["nominal"]["seeds"] == 3
+    )
+    assert (
+        chosen["kind"] == "selected"
+        and chosen["policy"]["nominal"]["completion_rate"] == 1.0
+        and chosen["policy"]["nominal"]["seeds"] == 1
+    )
+    assert chosen["selection"]["source_car_steps"] == 3000 and chosen["selection"][
+        "source_real_time_one_instance_s"
+    ] == pytest.approx(300.0)  # 3000 x 0.1 s
+    assert (
+        every["quality"]["rank"] is not None and chosen["quality"]["rank"] is None
+    )  # the ranks compare families, every seed
 
 
 def test_efficiency_bounds_when_direct_never_completes(ws: Path) -> None:
@@ -230,7 +324,9 @@ def test_efficiency_bounds_when_direct_never_completes(ws: Path) -> None:
     assert eff["direct"]["reached"] is False and eff["direct"]["t_to_policy_s"] == 300.0  # the budget
     assert eff["direct"]["text"] == "not reached within 5.0 min"
     ddm = eff["families"]["ddm"]
-    assert ddm["speedup"] == pytest.approx(15.0) and ddm["speedup_bound"] == "lower" and ddm["speedup_text"] == ">= 15.0x"
+    assert (
+        ddm["speedup"] == pytest.approx(15.0) and ddm["speedup_bound"] == "lower" and ddm["speedup_text"] == ">= 15.0x"
+    )
     # t_direct > B, so n = C / (B - t) over-estimates: an upper bound
     assert ddm["break_even_n"] == pytest.approx(150.0 / 280.0) and ddm["break_even_bound"] == "upper"
     assert ddm["break_even_text"].startswith("<= 1 ")
@@ -239,7 +335,11 @@ def test_efficiency_bounds_when_direct_never_completes(ws: Path) -> None:
 def test_efficiency_edge_cases() -> None:
     assert efficiency(20.0, False, 80.0, True, 150.0)["speedup_text"] == "not reached"
     slower = efficiency(100.0, True, 80.0, True, 150.0)
-    assert slower["speedup"] == pytest.approx(0.8) and slower["break_even_n"] is None and slower["break_even_text"].startswith("never")
+    assert (
+        slower["speedup"] == pytest.approx(0.8)
+        and slower["break_even_n"] is None
+        and slower["break_even_text"].startswith("never")
+    )
     unknown = efficiency(20.0, True, None, None, 150.0)
     assert unknown["speedup"] is None and unknown["speedup_text"] == DASH and unknown["break_even_text"] == DASH
     no_cost = efficiency(20.0, True, 80.0, True, None)
@@ -264,7 +364,9 @@ def test_missing_inputs_are_not_measured(tmp_path: Path) -> None:
 def test_nan_and_unknown_workers_never_become_numbers(ws: Path) -> None:
     d = _distill(math.nan, 50.0)
     (ws / "metrics" / "distill" / "ddm.json").write_text(json.dumps(d))  # NaN as Python's json writes it
-    _write(ws / "metrics" / "collect.json", {"wall_seconds_this_run": 100.0})  # no workers recorded, none configured (0 = per core)
+    _write(
+        ws / "metrics" / "collect.json", {"wall_seconds_this_run": 100.0}
+    )  # no workers recorded, none configured (0 = per core)
     (ws / "metrics" / "train" / "direct.json").unlink()
     rep = rp.build_report(ws / "metrics")
     assert rep["rows"]["ddm"]["prediction"]["ade_2s_all"] is None
@@ -281,7 +383,9 @@ def test_entry_point_writes_prints_and_logs(ws: Path, monkeypatch: pytest.Monkey
 
     calls: list[tuple[str, str | None, dict[str, Any], list[Path]]] = []
     monkeypatch.setattr(
-        tracking, "log_stage_safely", lambda stage, fam, params, metrics, artifacts: calls.append((stage, fam, metrics, list(artifacts))) or "run"
+        tracking,
+        "log_stage_safely",
+        lambda stage, fam, params, metrics, artifacts: calls.append((stage, fam, metrics, list(artifacts))) or "run",
     )
     console = Console(record=True, width=300)
     rep = rp.report(ws / "metrics", ws / "reports", ws / "plots" / "report", console=console)
@@ -291,15 +395,22 @@ def test_entry_point_writes_prints_and_logs(ws: Path, monkeypatch: pytest.Monkey
     assert "![accuracy_vs_quality](../plots/report/accuracy_vs_quality.png)" in md
     assert "| ddm | 0.10 | 0.20 |" in md and "## Definitions" in md and "rho = +1.00" in md
     assert (ws / "plots" / "report" / "accuracy_vs_quality.png").stat().st_size > 1000
-    assert "![error_vs_horizon](../plots/report/error_vs_horizon.png)" in md  # every family's curve: the report stage's figure
+    assert (
+        "![error_vs_horizon](../plots/report/error_vs_horizon.png)" in md
+    )  # every family's curve: the report stage's figure
     elsewhere = {**rep, "generated_at": "2000-01-01T00:00:00+00:00", "machine": "another-host (x86_64, Linux, 64 CPUs)"}
-    assert markdown(elsewhere, [], ws / "reports") == markdown(rep, [], ws / "reports")  # the same metrics, the same bytes
+    assert markdown(elsewhere, [], ws / "reports") == markdown(
+        rep, [], ws / "reports"
+    )  # the same metrics, the same bytes
     assert (ws / "plots" / "report" / "error_vs_horizon.png").stat().st_size > 1000
     text = console.export_text()
     assert "transformer" in text and "4.0x" in text
     by_run = {fam: m for _, fam, m, _ in calls}
     assert set(by_run) == {"bicycle", "ddm", "transformer", "dytr", "oracle", None}
-    assert by_run["ddm"]["prediction"]["ade_2s_all"] == 0.2 and by_run["ddm"]["policy"]["nominal"]["completion_rate"] == 1.0
+    assert (
+        by_run["ddm"]["prediction"]["ade_2s_all"] == 0.2
+        and by_run["ddm"]["policy"]["nominal"]["completion_rate"] == 1.0
+    )
     assert by_run["ddm"]["efficiency"]["speedup"] == pytest.approx(4.0)
     assert by_run[None]["correlation"]["ade_2s_all"]["rho"] == pytest.approx(1.0)
     assert by_run[None]["baselines"]["pid"]["policy"]["ice"]["lap_time_s"] == 120.0
@@ -319,7 +430,9 @@ def test_spearman_p_value_is_exact_for_four_families() -> None:
     assert perfect["rho"] == pytest.approx(1.0) and perfect["p_value"] == pytest.approx(2 / 24)
     swapped = spearman(errors, {"bicycle": 4.0, "ddm": 3.0, "transformer": 2.0, "dytr": 1.0})
     assert swapped["rho"] == pytest.approx(0.8)
-    assert swapped["p_value"] == pytest.approx(8 / 24)  # |rho| >= 0.8: each order, its reverse, and their 3 adjacent swaps
+    assert swapped["p_value"] == pytest.approx(
+        8 / 24
+    )  # |rho| >= 0.8: each order, its reverse, and their 3 adjacent swaps
 
 
 def test_the_claims_verdicts_from_their_inputs(ws: Path) -> None:
@@ -336,9 +449,11 @@ def test_the_claims_verdicts_from_their_inputs(ws: Path) -> None:
     _write(ws / "metrics" / "eval" / "transformer.json", with_rate({0: 0.50, 1: 0.55, 2: 0.60}))
     _write(ws / "metrics" / "eval" / "ddm.json", with_rate({0: 0.10, 1: 0.12, 2: 0.14}))  # smoother: holds
     _write(ws / "metrics" / "eval" / "dytr.json", with_rate({0: 0.90, 1: 0.95, 2: 1.00}))  # rougher: does not hold
-    ttq = {"direct": {"t_to_quality_s": None, "not_reached_within_s": 900.0, "t_to_quality_real_time_s": None},
-           "distilled_best": {"policy": "ddm", "t_to_quality_s": 600.0, "t_to_quality_real_time_s": 700.0},
-           "budget_rule": {"holds": False, "budget_s": 900.0, "max_family_route_s": 950.0}}  # fmt: skip
+    ttq = {
+        "direct": {"t_to_quality_s": None, "not_reached_within_s": 900.0, "t_to_quality_real_time_s": None},
+        "distilled_best": {"policy": "ddm", "t_to_quality_s": 600.0, "t_to_quality_real_time_s": 700.0},
+        "budget_rule": {"holds": False, "budget_s": 900.0, "max_family_route_s": 950.0},
+    }
     _write(ws / "metrics" / "time_to_quality.json", ttq)
 
     def variant(share: float) -> dict:
@@ -349,23 +464,49 @@ def test_the_claims_verdicts_from_their_inputs(ws: Path) -> None:
 
     _write(ws / "metrics" / "experiments" / "ablation" / "diverse_blind.json", variant(0.8))
     _write(ws / "metrics" / "experiments" / "ablation" / "narrow_blind.json", variant(0.2))
-    _write(ws / "metrics" / "experiments" / "ablation" / "diverse_model_label.json", variant(0.3))  # blind better: holds
-    _write(ws / "metrics" / "experiments" / "ablation" / "diverse_policy_label.json", variant(0.8))  # the same: cannot tell
+    _write(
+        ws / "metrics" / "experiments" / "ablation" / "diverse_model_label.json", variant(0.3)
+    )  # blind better: holds
+    _write(
+        ws / "metrics" / "experiments" / "ablation" / "diverse_policy_label.json", variant(0.8)
+    )  # the same: cannot tell
     rep = rp.build_report(ws / "metrics")
     assert rep["efficiency"]["direct_budget_rule"]["holds"] is False  # read from the one check, time_to_quality's
     assert "NOT met" in "\n".join(cost_lines(rep))
-    one = rep["claims"][0]  # direct never reached quality within 900 s, ddm did at 600 s: at least 300 s sooner, one seed each
-    assert one["claim"] == "1 efficiency" and one["effect"] == 300.0 and one["detail"]["measured"]["kind"] == "lower bound"
+    one = rep["claims"][
+        0
+    ]  # direct never reached quality within 900 s, ddm did at 600 s: at least 300 s sooner, one seed each
+    assert (
+        one["claim"] == "1 efficiency" and one["effect"] == 300.0 and one["detail"]["measured"]["kind"] == "lower bound"
+    )
     assert one["verdict"] == "cannot tell" and one["n"] == "1 seed per route"
-    rate = {c["statement"].split(":")[0]: c for c in rep["claims"] if c["statement"].endswith("mean_abs_steering_rate lower")}
-    assert rate["ddm vs transformer"]["verdict"] == "holds" and rate["ddm vs transformer"]["effect"] == pytest.approx(-0.43)
-    assert rate["dytr vs transformer"]["verdict"] == "does not hold" and rate["dytr vs transformer"]["effect"] == pytest.approx(0.40)
+    rate = {
+        c["statement"].split(":")[0]: c
+        for c in rep["claims"]
+        if c["statement"].endswith("mean_abs_steering_rate lower")
+    }
+    assert rate["ddm vs transformer"]["verdict"] == "holds" and rate["ddm vs transformer"]["effect"] == pytest.approx(
+        -0.43
+    )
+    assert rate["dytr vs transformer"]["verdict"] == "does not hold" and rate["dytr vs transformer"][
+        "effect"
+    ] == pytest.approx(0.40)
     four, model, policy, both = rep["claims"][-4:]
-    assert four["effect"] == pytest.approx(0.6) and four["verdict"] == "holds" and four["n"] == "3 vs 3 seeds, 12 vs 12 ice runs"
-    assert model["statement"].endswith("for the model") and model["effect"] == pytest.approx(0.5) and model["verdict"] == "holds"
+    assert (
+        four["effect"] == pytest.approx(0.6)
+        and four["verdict"] == "holds"
+        and four["n"] == "3 vs 3 seeds, 12 vs 12 ice runs"
+    )
+    assert (
+        model["statement"].endswith("for the model")
+        and model["effect"] == pytest.approx(0.5)
+        and model["verdict"] == "holds"
+    )
     assert policy["effect"] == pytest.approx(0.0) and policy["verdict"] == "cannot tell"
     assert both["verdict"] == "not run" and both["claim"] == four["claim"]  # diverse_labelled was not run
-    assert rep["experiments"] == {"ablation": ["diverse_blind", "diverse_model_label", "diverse_policy_label", "narrow_blind"]}
+    assert rep["experiments"] == {
+        "ablation": ["diverse_blind", "diverse_model_label", "diverse_policy_label", "narrow_blind"]
+    }
 
 
 def test_direct_budget_rule_and_the_claims_verdicts(ws: Path) -> None:
@@ -374,10 +515,18 @@ def test_direct_budget_rule_and_the_claims_verdicts(ws: Path) -> None:
     assert rep["efficiency"]["direct_budget_rule"] is None and "not checked" in "\n".join(cost_lines(rep))
     claims = {c["claim"][0]: c for c in rep["claims"] if not c["claim"].startswith("2")}
     three = claims["3"]  # four families in perfect order (lower error, more laps): rho -1, but the exact p is 2/24
-    assert three["effect"] == pytest.approx(-1.0) and three["detail"]["p_value"] == pytest.approx(2 / 24) and three["verdict"] == "cannot tell"
-    assert claims["1"]["verdict"] == "not run" and claims["4"]["verdict"] == "not run"  # no time-to-quality file, no ablation
+    assert (
+        three["effect"] == pytest.approx(-1.0)
+        and three["detail"]["p_value"] == pytest.approx(2 / 24)
+        and three["verdict"] == "cannot tell"
+    )
+    assert (
+        claims["1"]["verdict"] == "not run" and claims["4"]["verdict"] == "not run"
+    )  # no time-to-quality file, no ablation
     two = [c for c in rep["claims"] if c["claim"].startswith("2")]
-    assert len(two) == 10 and all(c["verdict"] == "cannot tell" for c in two)  # identical smoothness in the fixture: zero effect
+    assert len(two) == 10 and all(
+        c["verdict"] == "cannot tell" for c in two
+    )  # identical smoothness in the fixture: zero effect
     assert all(c["effect"] == 0.0 and c["n"] == "3 vs 3 seeds, 24 vs 24 runs" for c in two)
 
 
@@ -385,6 +534,14 @@ def test_the_seeds_a_policy_would_need() -> None:
     """Per policy and condition: the seeds at which its observed spread of lap share gives a 95 % interval of +-0.1."""
     from s3.evaluate.report_rows import policy_columns
 
-    ev = {"by_seed": {"0": {"ice": {"lap_share": 0.2}}, "1": {"ice": {"lap_share": 0.5}}, "2": {"ice": {"lap_share": 0.8}}}}
+    ev = {
+        "by_seed": {
+            "0": {"ice": {"lap_share": 0.2}},
+            "1": {"ice": {"lap_share": 0.5}},
+            "2": {"ice": {"lap_share": 0.8}},
+        }
+    }
     assert policy_columns(ev)["ice"]["seeds_for_lap_share_0_1"] == 35  # sd 0.3: (1.96 x 0.3 / 0.1)^2 = 34.6
-    assert policy_columns({"by_seed": {"0": {"ice": {"lap_share": 0.2}}}})["ice"]["seeds_for_lap_share_0_1"] is None  # one seed: no spread
+    assert (
+        policy_columns({"by_seed": {"0": {"ice": {"lap_share": 0.2}}}})["ice"]["seeds_for_lap_share_0_1"] is None
+    )  # one seed: no spread

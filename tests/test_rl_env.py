@@ -104,7 +104,13 @@ def test_friction_under_the_car_comes_from_the_track(bicycle) -> None:
     expect = float(track.friction_at(np.array(track.pose_at(np.array([s_mid]), np.array([d_mid]))[:2]).T)[0])
     spy = MuSpy(bicycle)
     env = DistilledEnv(spy, [track], EnvParams(num_envs=2, surface_label=True), seed=0)
-    obs = env.reset_to(torch.tensor([0, 0]), torch.tensor([s_mid, (s_mid + track.length / 2) % track.length]), torch.tensor([d_mid, 0.0]), 0.0, 5.0)["policy"]
+    obs = env.reset_to(
+        torch.tensor([0, 0]),
+        torch.tensor([s_mid, (s_mid + track.length / 2) % track.length]),
+        torch.tensor([d_mid, 0.0]),
+        0.0,
+        5.0,
+    )["policy"]
     assert expect < 0.5 and abs(float(obs[0, env.layout.groups["surface"].start]) - expect) < 1e-5
     env.step(torch.zeros(2, 2))
     assert spy.seen is not None and abs(float(spy.seen[0]) - expect) < 1e-5  # the model got the label at time t
@@ -125,7 +131,9 @@ def test_speed_sensitive_steering() -> None:
     assert torch.allclose(steer_range(vx, 12.0), torch.tensor([1.0, 1.0, 1.0, 0.25, 0.25, 0.0625]))
     a = torch.tensor([[1.0, 0.5]]).expand(6, 2)
     cmd = policy_to_command(a, vx, 12.0)
-    assert torch.allclose(cmd[:, 0], steer_range(vx, 12.0)) and torch.allclose(cmd[:, 1:], torch.tensor([0.5, 0.0]).expand(6, 2))
+    assert torch.allclose(cmd[:, 0], steer_range(vx, 12.0)) and torch.allclose(
+        cmd[:, 1:], torch.tensor([0.5, 0.0]).expand(6, 2)
+    )
     lat = cmd[2:, 0] * vx[2:].square()  # ~ lateral acceleration asked for at full steer
     assert torch.allclose(lat.abs(), torch.full((4,), 144.0))
     assert torch.equal(policy_to_command(a, vx, 0.0), policy_to_command(a))
@@ -152,7 +160,9 @@ def test_env_steers_with_the_speed_sensitive_map(bicycle, tracks) -> None:
 
 def test_reset_state_history_and_observation(bicycle, tracks) -> None:
     env = make_env(bicycle, tracks, n=3)
-    obs = env.reset_to(torch.tensor([0, 1, 2]), torch.tensor([10.0, 50.0, 100.0]), 0.0, 0.0, torch.tensor([0.0, 8.0, 15.0]))["policy"]
+    obs = env.reset_to(
+        torch.tensor([0, 1, 2]), torch.tensor([10.0, 50.0, 100.0]), 0.0, 0.0, torch.tensor([0.0, 8.0, 15.0])
+    )["policy"]
     g = env.layout.groups
     assert torch.allclose(obs[:, g["state"]][:, 0], torch.tensor([0.0, 8.0, 15.0]))
     assert torch.allclose(obs[:, g["state"]][:, 1:], torch.zeros(3, 3))
@@ -163,7 +173,9 @@ def test_reset_state_history_and_observation(bicycle, tracks) -> None:
     hist = obs[:, g["history"]].reshape(3, -1, 7)
     now = torch.cat([obs[:, g["state"]], obs[:, g["command"]]], 1)
     assert torch.allclose(hist, now[:, None].expand_as(hist))
-    assert torch.allclose(env.hs, env.hs[:, -1:].expand_as(env.hs)) and torch.allclose(env.ha, env.ha[:, -1:].expand_as(env.ha))
+    assert torch.allclose(env.hs, env.hs[:, -1:].expand_as(env.hs)) and torch.allclose(
+        env.ha, env.ha[:, -1:].expand_as(env.ha)
+    )
     tr = obs[:, g["track"]]
     assert tr[:, 0].abs().max() < 0.05 and tr[:, 1].abs().max() < 0.02 and (tr[:, 2:] > 0).all()
     first = obs[:, g["preview_xy"]].reshape(3, -1, 2)
@@ -184,7 +196,9 @@ def test_projection_matches_trackbatch(bicycle, tracks) -> None:
     d = (torch.rand(64, generator=g) - 0.5) * 8.0
     x, y, h = tb.pose_at(ti, s, d)
     xy = torch.stack([x, y], 1)
-    hint = torch.minimum((s * tb.count[ti] / tb.length[ti]).long() + torch.randint(-3, 4, (64,), generator=g), tb.count[ti] - 1).clamp(min=0)
+    hint = torch.minimum(
+        (s * tb.count[ti] / tb.length[ti]).long() + torch.randint(-3, 4, (64,), generator=g), tb.count[ti] - 1
+    ).clamp(min=0)
     yaw = h + 0.3
     ours = env.frame.project(xy, ti, hint, yaw)
     ref = tb.project(xy, ti, hint=hint, window=env.params.projection_window, yaw=yaw)
@@ -206,7 +220,12 @@ def test_reward_positive_forward_and_backwards_terminates(bicycle, tracks) -> No
 
 
 def test_progress_reward_sums_to_distance(bicycle, tracks) -> None:
-    env = DistilledEnv(bicycle, tracks, EnvParams(num_envs=4).model_copy(update={"reward": EnvParams().reward.model_copy(update={"action_rate": 0.0})}), seed=1)
+    env = DistilledEnv(
+        bicycle,
+        tracks,
+        EnvParams(num_envs=4).model_copy(update={"reward": EnvParams().reward.model_copy(update={"action_rate": 0.0})}),
+        seed=1,
+    )
     env.auto_reset = False
     env.reset_to(torch.arange(4) % 3, torch.zeros(4), 0.0, 0.0, 5.0)
     pp, total = PurePursuit(env.layout), torch.zeros(4)
@@ -261,7 +280,9 @@ def test_a_parked_car_is_stalled(bicycle, tracks) -> None:
 def test_auto_reset_touches_only_finished_envs(bicycle, tracks) -> None:
     env = make_env(bicycle, tracks, n=6)
     # cars 1 and 4 start beyond the left edge: they finish on the first step
-    env.reset_to(torch.zeros(6, dtype=torch.long), torch.full((6,), 30.0), torch.tensor([0.0, 9.0, 0.0, 0.0, 9.0, 0.0]), 0.0, 6.0)
+    env.reset_to(
+        torch.zeros(6, dtype=torch.long), torch.full((6,), 30.0), torch.tensor([0.0, 9.0, 0.0, 0.0, 9.0, 0.0]), 0.0, 6.0
+    )
     before = env.pose.clone()
     td, _, dones, extras = env.step(torch.tensor([[0.0, 0.3]] * 6))
     assert dones.tolist() == [False, True, False, False, True, False]
@@ -349,7 +370,9 @@ def test_observation_builder_reproduces_the_env_observation(bicycle, tracks) -> 
     params = EnvParams(num_envs=3, surface_label=True)
     env = DistilledEnv(bicycle, tracks, params, seed=0)
     env.auto_reset = False
-    obs = env.reset_to(torch.arange(3), torch.tensor([5.0, 40.0, 80.0]), torch.tensor([0.5, -1.0, 0.0]), 0.05, 7.0)["policy"]
+    obs = env.reset_to(torch.arange(3), torch.tensor([5.0, 40.0, 80.0]), torch.tensor([0.5, -1.0, 0.0]), 0.05, 7.0)[
+        "policy"
+    ]
     builder = Observer.for_params(tracks, params, num_cars=3)
     builder.start(torch.arange(3), torch.arange(3), env.pose, env.hs[:, -1], env.ha[:, -1])
     assert torch.equal(builder.compute(), obs)
@@ -386,7 +409,10 @@ def test_circuit_tracks_close_and_include_hairpins() -> None:
     assert 1.0 / np.abs(r.curvature).max() >= 10.0
     assert np.degrees(turn) > 100.0
     assert circuit_track(3).centerline.tobytes() == t.centerline.tobytes()  # a pure function of the seed
-    hairpins = [np.degrees(np.abs(np.convolve(circuit_track(k).resampled(1.0).curvature, np.ones(60), mode="same")).max()) for k in range(6)]
+    hairpins = [
+        np.degrees(np.abs(np.convolve(circuit_track(k).resampled(1.0).curvature, np.ones(60), mode="same")).max())
+        for k in range(6)
+    ]
     assert max(hairpins) > 140.0
 
 

@@ -23,20 +23,43 @@ def run(n: int, v: float = 10.0, **cols: np.ndarray) -> dict[str, np.ndarray]:
     """n rows at constant forward speed v on the centerline, no lateral motion; `cols` override."""
     z = np.zeros(n)
     progress = np.arange(n) * v * DT
-    tj = {"t": np.arange(n) * DT, "vx": np.full(n, v), "vy": z.copy(), "yaw_rate": z.copy(), "steering_cmd": z.copy(),
-          "throttle_cmd": z.copy(), "brake_cmd": z.copy(), "s": progress % circle().length, "d": z.copy(), "progress": progress}  # fmt: skip
+    tj = {
+        "t": np.arange(n) * DT,
+        "vx": np.full(n, v),
+        "vy": z.copy(),
+        "yaw_rate": z.copy(),
+        "steering_cmd": z.copy(),
+        "throttle_cmd": z.copy(),
+        "brake_cmd": z.copy(),
+        "s": progress % circle().length,
+        "d": z.copy(),
+        "progress": progress,
+    }
     tj.update(cols)
     return tj
 
 
 def metrics(tj: dict[str, np.ndarray], tolerance: float = 0.0) -> dict:
-    return run_metrics(tj, circle(), completed=False, lap_time=None, progress=float(tj["progress"][-1]), dt=DT, tolerance=tolerance)
+    return run_metrics(
+        tj, circle(), completed=False, lap_time=None, progress=float(tj["progress"][-1]), dt=DT, tolerance=tolerance
+    )
 
 
 def test_the_new_keys_extend_run_scalars_and_keep_the_old_ones() -> None:
-    old = ("lap_time_s", "distance_m", "completion_fraction", "mean_speed_mps", "off_track_events", "time_off_track_s",
-           "mean_abs_lateral_error_m", "max_abs_lateral_error_m", "mean_abs_steering_rate", "mean_abs_steering_jerk",
-           "pedal_switches", "max_abs_sideslip_rad")  # fmt: skip
+    old = (
+        "lap_time_s",
+        "distance_m",
+        "completion_fraction",
+        "mean_speed_mps",
+        "off_track_events",
+        "time_off_track_s",
+        "mean_abs_lateral_error_m",
+        "max_abs_lateral_error_m",
+        "mean_abs_steering_rate",
+        "mean_abs_steering_jerk",
+        "pedal_switches",
+        "max_abs_sideslip_rad",
+    )
     assert RUN_SCALARS[: len(old)] == old
     assert set(RUN_SCALARS) - set(old) == {"mean_abs_lateral_jerk", "min_edge_margin_m"}
 

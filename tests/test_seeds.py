@@ -26,11 +26,15 @@ def two_seeds(bicycle, root) -> dict:
     from s3.platform import tracking
 
     save_checkpoint(bicycle, root / "models" / "bicycle")
-    params = TrainParams.model_validate({**TINY, "max_env_steps": 128 * 16 * 16, "seeds": 2, "seed_workers": 2, "torch_threads": 1})
+    params = TrainParams.model_validate(
+        {**TINY, "max_env_steps": 128 * 16 * 16, "seeds": 2, "seed_workers": 2, "torch_threads": 1}
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("S3_MLFLOW", "1")
         run = tracking.family_run(NAME)
-    summary = train_seeds(NAME, "bicycle", root / "models" / "bicycle", root / "policies", root / "plots" / f"{NAME}.png", params, run=run)
+    summary = train_seeds(
+        NAME, "bicycle", root / "models" / "bicycle", root / "policies", root / "plots" / f"{NAME}.png", params, run=run
+    )
     run.finish()
     return {"root": root, "summary": summary, "params": params, "run": run}
 
@@ -53,14 +57,23 @@ def test_best_seed_is_kept_with_every_candidate_beside_it(two_seeds) -> None:
     assert (final / WEIGHTS).read_bytes() != (final / "seeds" / f"seed{3 - best}" / WEIGHTS).read_bytes()
     meta = json.loads((final / "policy.json").read_text())
     assert meta["seed_selection"]["selected_seed"] == best and meta["params"]["seed"] == best
-    run_only = {"wall_s", "mlflow_run_id"}  # the summary (metrics/train) has them; policy.json, whose bytes DVC hashes, does not
-    assert run_only <= set(sel["seeds"][0]) and not run_only & {k for row in meta["seed_selection"]["seeds"] for k in row}
+    run_only = {
+        "wall_s",
+        "mlflow_run_id",
+    }  # the summary (metrics/train) has them; policy.json, whose bytes DVC hashes, does not
+    assert run_only <= set(sel["seeds"][0]) and not run_only & {
+        k for row in meta["seed_selection"]["seeds"] for k in row
+    }
     assert "mlflow_run_id" not in meta and "wall_s" not in meta["train"] and "wall_s" not in metas[best]["train"]
-    assert (root / "plots" / f"{NAME}.png").read_bytes() == (final / "seeds" / f"seed{best}" / "learning_curve.png").read_bytes()
+    assert (root / "plots" / f"{NAME}.png").read_bytes() == (
+        final / "seeds" / f"seed{best}" / "learning_curve.png"
+    ).read_bytes()
     assert (final / "seeds" / f"seed{3 - best}" / "learning_curve.png").stat().st_size > 0
     assert not (root / "policies" / CANDIDATES).exists()
     # only the first seed (train.seed) keeps its chunks' checkpoints (s3.rl.checkpoints), and they moved with it
-    assert (final / "seeds" / "seed1" / "checkpoints" / "index.json").exists() and not (final / "seeds" / "seed2" / "checkpoints").exists()
+    assert (final / "seeds" / "seed1" / "checkpoints" / "index.json").exists() and not (
+        final / "seeds" / "seed2" / "checkpoints"
+    ).exists()
     assert summary["checkpoints"]["folder"] == "seeds/seed1/checkpoints" and summary["checkpoints"]["seed"] == 1
     assert [p["env_steps"] for p in summary["checkpoints"]["points"]] == [128 * 16 * 8, 128 * 16 * 16]
 
@@ -77,7 +90,11 @@ def test_each_seed_logs_into_a_run_nested_under_the_policy_run(two_seeds) -> Non
         run = client.get_run(row["mlflow_run_id"])
         names[row["seed"]] = run.info.run_name
         assert run.data.tags["mlflow.parentRunId"] == policy.run_id and run.data.tags["s3.kind"] == "seed"
-        assert run.data.tags["s3.seed"] == str(row["seed"]) and run.data.tags["s3.policy"] == NAME and run.data.tags["s3.model"] == "bicycle"
+        assert (
+            run.data.tags["s3.seed"] == str(row["seed"])
+            and run.data.tags["s3.policy"] == NAME
+            and run.data.tags["s3.model"] == "bicycle"
+        )
         assert run.info.status == "FINISHED" and len(client.get_metric_history(row["mlflow_run_id"], "val/score")) == 2
     assert names == {1: f"{NAME}-seed1", 2: f"{NAME}-seed2"}
 
@@ -85,7 +102,9 @@ def test_each_seed_logs_into_a_run_nested_under_the_policy_run(two_seeds) -> Non
         return sorted((m.step, m.value) for m in client.get_metric_history(run_id, "train/Train/mean_reward"))
 
     best = summary["seed_selection"]["selected_seed"]
-    assert summary["mlflow_run_id"] == next(r["mlflow_run_id"] for r in summary["seed_selection"]["seeds"] if r["seed"] == best)
+    assert summary["mlflow_run_id"] == next(
+        r["mlflow_run_id"] for r in summary["seed_selection"]["seeds"] if r["seed"] == best
+    )
     assert len(rewards(policy.run_id)) == 16 and rewards(policy.run_id) == rewards(summary["mlflow_run_id"])
     assert client.get_run(policy.run_id).data.metrics["train/selected_seed"] == best
     top = [r for r in client.search_runs([policy.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
@@ -97,16 +116,26 @@ def test_a_finished_candidate_is_reused_only_with_the_same_params_and_model(two_
     folder = root / "policies" / NAME / "seeds" / "seed2"
     p2 = params.model_copy(update={"seed": 2})
     done = _finished(folder, p2, root / "models" / "bicycle", 1)
-    assert done is not None and done["validation"]["score"] == json.loads((folder / "policy.json").read_text())["validation"]["score"]
-    assert done["mlflow_run_id"] is None and "wall_s" not in done["train"]  # out of a finished policy: no clock, no run id
+    assert (
+        done is not None
+        and done["validation"]["score"] == json.loads((folder / "policy.json").read_text())["validation"]["score"]
+    )
+    assert (
+        done["mlflow_run_id"] is None and "wall_s" not in done["train"]
+    )  # out of a finished policy: no clock, no run id
     side = _summary_path(folder)  # what a killed run leaves beside a finished candidate
     side.write_text(json.dumps({**done, "mlflow_run_id": "r1", "train": {**done["train"], "wall_s": 3.0}}))
     try:
         assert _finished(folder, p2, root / "models" / "bicycle", 1)["train"]["wall_s"] == 3.0
     finally:
         side.unlink()
-    assert _finished(folder, p2.model_copy(update={"progress_bar": True}), root / "models" / "bicycle", 1) is not None  # display only
-    assert _finished(folder, params.model_copy(update={"seed": 2, "max_minutes": 9.0}), root / "models" / "bicycle", 1) is None
+    assert (
+        _finished(folder, p2.model_copy(update={"progress_bar": True}), root / "models" / "bicycle", 1) is not None
+    )  # display only
+    assert (
+        _finished(folder, params.model_copy(update={"seed": 2, "max_minutes": 9.0}), root / "models" / "bicycle", 1)
+        is None
+    )
     other = root / "models_other" / "bicycle"
     changed = copy.deepcopy(bicycle)
     with torch.no_grad():
@@ -167,10 +196,14 @@ def test_source_selection_decides_and_reuses_the_trained_candidates(two_seeds) -
     # run id, so the candidates' own RL cost is not known (a retrained one would have both)
     assert sel["reused_seeds"] == [1, 2] and sel["rl_wall_s"] is None
     assert all(r["wall_s"] is None and r["mlflow_run_id"] is None for r in sel["seeds"])
-    assert (out / NAME / WEIGHTS).read_bytes() == (root / "policies" / NAME / "seeds" / f"seed{loser}" / WEIGHTS).read_bytes()
+    assert (out / NAME / WEIGHTS).read_bytes() == (
+        root / "policies" / NAME / "seeds" / f"seed{loser}" / WEIGHTS
+    ).read_bytes()
 
 
-def test_source_selection_falls_back_to_the_model_with_beamng(root, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_source_selection_falls_back_to_the_model_with_beamng(
+    root, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The source choice drives the seeds side by side in the embedded simulator: with BeamNG the
     stage does not refuse; it chooses in the model (no source scorer) and says so (printed and in the metrics)."""
     import s3.rl.seeds
@@ -186,18 +219,30 @@ def test_source_selection_falls_back_to_the_model_with_beamng(root, monkeypatch:
     monkeypatch.setattr(s3.rl.seeds, "train_seeds", train_seeds)
     train = {**TINY, "seeds": 2, "seed_selection": "source"}
     summary = train_one(
-        "bicycle", Params.model_validate({"sim": {"backend": "beamng"}, "train": train}), root / "models", root / "p", root / "plots", root / "m"
+        "bicycle",
+        Params.model_validate({"sim": {"backend": "beamng"}, "train": train}),
+        root / "models",
+        root / "p",
+        root / "plots",
+        root / "m",
     )
     sel = summary["seed_selection"]
     assert seen["scorer"] is None and sel["in"] == "model"
     assert "with 'beamng' the seed is chosen by in-model validation" in sel["source_choice_not_run"]
     assert "chosen by in-model validation" in capsys.readouterr().err
-    assert json.loads((root / "m" / "bicycle.json").read_text())["seed_selection"]["source_choice_not_run"] == sel["source_choice_not_run"]
-    train_one("bicycle", Params.model_validate({"train": train}), root / "models", root / "p", root / "plots", root / "m")
+    assert (
+        json.loads((root / "m" / "bicycle.json").read_text())["seed_selection"]["source_choice_not_run"]
+        == sel["source_choice_not_run"]
+    )
+    train_one(
+        "bicycle", Params.model_validate({"train": train}), root / "models", root / "p", root / "plots", root / "m"
+    )
     assert seen["scorer"] is not None  # the embedded simulator: chosen in the source
 
 
-def test_on_a_shared_nothing_executor_a_finished_seed_is_kept_when_another_fails(bicycle, root, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_on_a_shared_nothing_executor_a_finished_seed_is_kept_when_another_fails(
+    bicycle, root, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Ray's path (the model and files shipped, MLflow calls recorded by the job and replayed here),
     run in this process: seed 1's files and run are kept as it finishes, though seed 2 then fails
     and stops the stage; a stale resume file of seed 1 is gone."""
@@ -221,7 +266,9 @@ def test_on_a_shared_nothing_executor_a_finished_seed_is_kept_when_another_fails
     monkeypatch.setattr(seeds, "executor_for", lambda *a, **k: Shipping(1))
     monkeypatch.setattr(seeds, "_train_shipped", train_or_break)
     save_checkpoint(bicycle, root / "models" / "bicycle")
-    params = TrainParams.model_validate({**TINY, "max_env_steps": 128 * 16 * 2, "seeds": 2, "seed_workers": 1, "torch_threads": 1})
+    params = TrainParams.model_validate(
+        {**TINY, "max_env_steps": 128 * 16 * 2, "seeds": 2, "seed_workers": 1, "torch_threads": 1}
+    )
     name, out = "shipped", root / "shipped"
     stale = resume_path(out / CANDIDATES / name / "seed1")
     stale.parent.mkdir(parents=True)
@@ -233,12 +280,21 @@ def test_on_a_shared_nothing_executor_a_finished_seed_is_kept_when_another_fails
     run.finish()
     kept = out / CANDIDATES / name / "seed1"
     summary = json.loads(_summary_path(kept).read_text())
-    assert (kept / WEIGHTS).stat().st_size > 0 and not stale.exists() and not (out / CANDIDATES / name / "seed2").exists()
-    assert _finished(kept, params.model_copy(update={"seed": 1}), root / "models" / "bicycle", 1) is not None  # a re-run reuses it
+    assert (
+        (kept / WEIGHTS).stat().st_size > 0 and not stale.exists() and not (out / CANDIDATES / name / "seed2").exists()
+    )
+    assert (
+        _finished(kept, params.model_copy(update={"seed": 1}), root / "models" / "bicycle", 1) is not None
+    )  # a re-run reuses it
     (kept / WEIGHTS).unlink()  # as after a kill between its files: not finished, trained again
     assert _finished(kept, params.model_copy(update={"seed": 1}), root / "models" / "bicycle", 1) is None
     client = MlflowClient()
-    runs = {r.data.tags["s3.seed"]: r for r in client.search_runs([run.experiment_id], f"tags.`mlflow.parentRunId` = '{run.run_id}'")}
+    runs = {
+        r.data.tags["s3.seed"]: r
+        for r in client.search_runs([run.experiment_id], f"tags.`mlflow.parentRunId` = '{run.run_id}'")
+    }
     assert runs["1"].info.status == "FINISHED" and runs["2"].info.status == "FAILED"
     assert runs["1"].info.run_id == summary["mlflow_run_id"]
-    assert len(client.get_metric_history(runs["1"].info.run_id, "train/Train/mean_reward")) == 2  # replayed here, one per iteration
+    assert (
+        len(client.get_metric_history(runs["1"].info.run_id, "train/Train/mean_reward")) == 2
+    )  # replayed here, one per iteration

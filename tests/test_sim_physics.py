@@ -124,8 +124,12 @@ def test_holds_50m_circle_at_15ms(car: MujocoCar) -> None:
     assert s.vx == pytest.approx(speed, abs=0.3)
 
 
-@pytest.mark.parametrize(("mu", "speed", "max_delta", "lo", "hi"), [(1.0, 20.0, 0.25, 8.0, 10.0), (ICE, 10.0, 0.12, 1.0, 1.5)])
-def test_peak_lateral_acceleration(car: MujocoCar, mu: float, speed: float, max_delta: float, lo: float, hi: float) -> None:
+@pytest.mark.parametrize(
+    ("mu", "speed", "max_delta", "lo", "hi"), [(1.0, 20.0, 0.25, 8.0, 10.0), (ICE, 10.0, 0.12, 1.0, 1.5)]
+)
+def test_peak_lateral_acceleration(
+    car: MujocoCar, mu: float, speed: float, max_delta: float, lo: float, hi: float
+) -> None:
     """Slow ramp steer at constant speed: the lateral acceleration tops out near mu g."""
     _surface(car, mu)
     s = car.reset(None, 0.0, 0.0, 0.0, speed)
@@ -166,7 +170,9 @@ def test_locked_wheel_braking_distance(car: MujocoCar, mu: float) -> None:
             locked.append(np.abs(s.wheel_speed).max())
     expected = _expected_stop(car, mu, v0)
     simple = v0**2 / (2.0 * mu * sliding_ratio(car.params.mf_b, car.params.mf_c, car.params.mf_e) * GRAVITY)
-    print(f"locked braking from {v0} m/s on mu={mu}: {s.x:.1f} m (expected {expected:.1f} m with drag, {simple:.1f} m without)")
+    print(
+        f"locked braking from {v0} m/s on mu={mu}: {s.x:.1f} m (expected {expected:.1f} m with drag, {simple:.1f} m without)"
+    )
     assert s.x == pytest.approx(expected, rel=0.15)
     assert max(locked) < 0.1  # the wheels really are locked
     assert abs(s.y) < 0.05 and car.wheel_airborne_fraction == 0.0
@@ -187,7 +193,9 @@ def test_no_wheel_hop_in_hard_steer_slide(car: MujocoCar, mu: float) -> None:
     for command in FLICK:
         s = car.step(Control(*command))
         sideslip.append(abs(math.atan2(s.vy, abs(s.vx))))
-    print(f"hard steer slide on mu={mu}: max sideslip {max(sideslip):.2f} rad, airborne {car.wheel_airborne_fraction:.4f}")
+    print(
+        f"hard steer slide on mu={mu}: max sideslip {max(sideslip):.2f} rad, airborne {car.wheel_airborne_fraction:.4f}"
+    )
     assert max(sideslip) > 0.3  # it really slid
     assert car.wheel_airborne_fraction == 0.0
 

@@ -31,7 +31,9 @@ def wilson_closed_form(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     return centre - half, centre + half
 
 
-def hierarchical(rng: np.random.Generator, k: int, n: int = 12, sd_between: float = 1.0, sd_within: float = 1.0, mean: float = 0.0) -> np.ndarray:
+def hierarchical(
+    rng: np.random.Generator, k: int, n: int = 12, sd_between: float = 1.0, sd_within: float = 1.0, mean: float = 0.0
+) -> np.ndarray:
     """k seeds x n runs: mean + seed effect + run noise."""
     return mean + rng.normal(0.0, sd_between, (k, 1)) + rng.normal(0.0, sd_within, (k, n))
 
@@ -45,7 +47,9 @@ def two_level_sd(groups: np.ndarray) -> float:
 # --- wilson -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("k", "n", "expected"), [(0, 10, (0.0, 0.2775)), (5, 10, (0.2366, 0.7634)), (12, 12, (0.7575, 1.0)), (3, 12, None)])
+@pytest.mark.parametrize(
+    ("k", "n", "expected"), [(0, 10, (0.0, 0.2775)), (5, 10, (0.2366, 0.7634)), (12, 12, (0.7575, 1.0)), (3, 12, None)]
+)
 def test_wilson_matches_the_closed_form(k, n, expected):
     low, high = wilson(k, n)
     ref = wilson_closed_form(k, n)
@@ -114,9 +118,13 @@ def test_deterministic_for_a_seed():
 def test_identical_runs_within_seeds_reduce_to_a_bootstrap_of_the_seed_means():
     means = np.array([0.0, 3.0, 1.0, 7.0, 2.0, 5.0, 4.0, 9.0, 6.0, 8.0])
     iv = two_level_bootstrap([[m] * 12 for m in means])
-    ref = sps.bootstrap((means,), np.mean, method="percentile", n_resamples=10000, rng=np.random.default_rng(1)).confidence_interval
+    ref = sps.bootstrap(
+        (means,), np.mean, method="percentile", n_resamples=10000, rng=np.random.default_rng(1)
+    ).confidence_interval
     assert iv.estimate == pytest.approx(means.mean())
-    tol = 0.05 * means.std() / math.sqrt(len(means)) * 4  # well above the Monte Carlo error of both, far below the width
+    tol = (
+        0.05 * means.std() / math.sqrt(len(means)) * 4
+    )  # well above the Monte Carlo error of both, far below the width
     assert iv.low == pytest.approx(ref.low, abs=tol) and iv.high == pytest.approx(ref.high, abs=tol)
     assert iv.high - iv.low > 3.0
 
@@ -151,7 +159,9 @@ def test_width_shrinks_as_one_over_root_k():
 def test_one_seed_resamples_its_runs_and_says_so():
     runs = np.array([0.2, 0.9, 0.4, 0.7, 0.5, 0.1, 0.8, 0.3, 0.6, 1.0, 0.0, 0.55])
     iv = two_level_bootstrap([runs.tolist()])
-    ref = sps.bootstrap((runs,), np.mean, method="percentile", n_resamples=10000, rng=np.random.default_rng(1)).confidence_interval
+    ref = sps.bootstrap(
+        (runs,), np.mean, method="percentile", n_resamples=10000, rng=np.random.default_rng(1)
+    ).confidence_interval
     assert iv.n_seeds == 1 and "only seed" in iv.method
     assert iv.low == pytest.approx(ref.low, abs=0.01) and iv.high == pytest.approx(ref.high, abs=0.01)
     assert verdict(iv, 1) == "cannot tell"  # low > 0, but one seed carries no seed-to-seed spread
@@ -175,7 +185,9 @@ def test_difference_of_shifted_groups_is_centred_on_the_shift():
     same = difference_bootstrap(g.tolist(), g.tolist())
     shifted = difference_bootstrap((g + 2.0).tolist(), g.tolist())
     assert shifted.estimate == pytest.approx(2.0)
-    assert shifted.low == pytest.approx(same.low + 2.0, abs=1e-9) and shifted.high == pytest.approx(same.high + 2.0, abs=1e-9)
+    assert shifted.low == pytest.approx(same.low + 2.0, abs=1e-9) and shifted.high == pytest.approx(
+        same.high + 2.0, abs=1e-9
+    )
     assert verdict(shifted, 1) == "holds" and verdict(shifted, -1) == "does not hold"
     down = difference_bootstrap(g.tolist(), (g + 2.0).tolist())
     assert down.estimate == pytest.approx(-2.0) and verdict(down, -1) == "holds"

@@ -11,7 +11,16 @@ import yaml
 from typer.testing import CliRunner
 
 from s3.cli import app
-from s3.platform.study import RESULT_KEYS, StudyError, check_study, check_variant, load_study, run_study, seed_rollouts, write_result
+from s3.platform.study import (
+    RESULT_KEYS,
+    StudyError,
+    check_study,
+    check_variant,
+    load_study,
+    run_study,
+    seed_rollouts,
+    write_result,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,8 +43,12 @@ def test_the_sets_validate(name: str) -> None:
 def test_the_ablation_variants_are_the_reports() -> None:
     study = load_study("ablation", ROOT)
     assert list(study.variants) == [
-        "narrow_blind", "diverse_blind", "diverse_labelled", "diverse_model_label", "diverse_policy_label",
-    ]  # fmt: skip
+        "narrow_blind",
+        "diverse_blind",
+        "diverse_labelled",
+        "diverse_model_label",
+        "diverse_policy_label",
+    ]
     p = check_study(study)
     assert {v.family for v in study.variants.values()} == {"ddm"}
     for name, params in p.items():
@@ -44,7 +57,9 @@ def test_the_ablation_variants_are_the_reports() -> None:
         assert params.distill.use_friction_label is model and params.train.env.surface_label is policy, name
         narrow = name.startswith("narrow")
         assert (params.collect.ice_episode_fraction < 0.5) is narrow
-        assert (params.train.tracks.procedural.patch_mu_max - params.train.tracks.procedural.patch_mu_min < 0.2) is narrow
+        assert (
+            params.train.tracks.procedural.patch_mu_max - params.train.tracks.procedural.patch_mu_min < 0.2
+        ) is narrow
     # the labels are the only difference within a friction distribution
     diverse = [p[v] for v in ("diverse_blind", "diverse_labelled", "diverse_model_label", "diverse_policy_label")]
     assert all(d.collect == diverse[0].collect and d.train.tracks == diverse[0].train.tracks for d in diverse)
@@ -58,7 +73,9 @@ def test_unknown_variant_and_set_are_one_line(tmp_path: Path) -> None:
         load_study("graded", ROOT).pick(["nope"])
     with pytest.raises(StudyError, match=r"no study 'nope' in studies/ \(sets: ablation, graded\)"):
         load_study("nope", ROOT)
-    result = CliRunner().invoke(app, ["study", "run", "graded", "--variant", "nope", "--dry-run", "--results", str(tmp_path)])
+    result = CliRunner().invoke(
+        app, ["study", "run", "graded", "--variant", "nope", "--dry-run", "--results", str(tmp_path)]
+    )
     assert result.exit_code == 2
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and "no variant 'nope'" in lines[0], result.output
@@ -74,7 +91,10 @@ def test_bad_overrides_are_refused(tmp_path: Path) -> None:
     with pytest.raises(StudyError, match="collect.episodes: Input should be greater than or equal to 1"):
         check({"collect.episodes": 0})
     # a partial train.tracks.procedural takes the class defaults, not train's: refused until named
-    with pytest.raises(StudyError, match=r"train.tracks.procedural.patch_length_max changes \(100.0 -> 80.0\) though no override names it"):
+    with pytest.raises(
+        StudyError,
+        match=r"train.tracks.procedural.patch_length_max changes \(100.0 -> 80.0\) though no override names it",
+    ):
         check({"train.tracks.procedural.patch_mu_max": 0.5})
     check({"train.per_policy.ddm.max_env_steps": 1000})  # a per-policy key is a key of train
     study = load_study(_study(tmp_path, {"v": {"family": "ddm", "policy": "oracle"}}))
@@ -103,8 +123,11 @@ def test_result_file_has_exactly_the_reports_keys(tmp_path: Path) -> None:
     study = load_study("ablation", ROOT)
     v = study.variants["diverse_blind"]
     ws = tmp_path / "ws"
-    metrics = {"distill": ("distill", "ddm", {"family": "ddm", "rollout": {"all": {"ade_1s": 0.1}}}),
-               "eval": ("eval", "ddm", {"summary": {"suite": {}}}), "train": ("train", "ddm", {"policy": "ddm"})}  # fmt: skip
+    metrics = {
+        "distill": ("distill", "ddm", {"family": "ddm", "rollout": {"all": {"ade_1s": 0.1}}}),
+        "eval": ("eval", "ddm", {"summary": {"suite": {}}}),
+        "train": ("train", "ddm", {"policy": "ddm"}),
+    }
     for folder, name, body in metrics.values():
         (ws / "metrics" / folder).mkdir(parents=True, exist_ok=True)
         (ws / "metrics" / folder / f"{name}.json").write_text(json.dumps(body))
@@ -143,7 +166,11 @@ def test_rollouts_are_seeded_only_from_a_matching_collection(tmp_path: Path) -> 
 @pytest.mark.timeout(900)
 def test_a_tiny_variant_end_to_end(tmp_path: Path) -> None:
     """One variant on params_quick.yaml through `dvc repro evaluate@ddm` in its own workspace (~2-3 min on 2 cores)."""
-    f = _study(tmp_path, {"tiny_blind": {"family": "ddm", "overrides": {"distill.use_friction_label": False}}}, base="params_quick.yaml")
+    f = _study(
+        tmp_path,
+        {"tiny_blind": {"family": "ddm", "overrides": {"distill.use_friction_label": False}}},
+        base="params_quick.yaml",
+    )
     results = tmp_path / "results"
     run_study(f, root=tmp_path / "ws", results=results, project=ROOT, share_cache=False)
     got = json.loads((results / "tiny" / "tiny_blind.json").read_text())

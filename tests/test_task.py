@@ -69,7 +69,13 @@ def _actions(env: DistilledEnv) -> list[torch.Tensor]:
 @pytest.fixture(scope="module")
 def run(bicycle, tracks_with_ice):
     params = EnvParams(num_envs=N, surface_label=True, stall_seconds=3.0, episode_seconds=8.0)
-    start = (torch.arange(N) % len(tracks_with_ice), 30.0 * torch.arange(N), torch.linspace(-1.0, 1.0, N), torch.linspace(-2.0, 2.0, N), 0.0)
+    start = (
+        torch.arange(N) % len(tracks_with_ice),
+        30.0 * torch.arange(N),
+        torch.linspace(-1.0, 1.0, N),
+        torch.linspace(-2.0, 2.0, N),
+        0.0,
+    )
 
     def fresh() -> DistilledEnv:
         env = DistilledEnv(bicycle, tracks_with_ice, params, seed=0, auto_reset=False)
@@ -78,7 +84,13 @@ def run(bicycle, tracks_with_ice):
 
     actions = _actions(fresh())
     env = fresh()
-    rec = {"obs": [env.obs.clone()], "frames": [torch.cat([env.pose, env.hs[:, -1]], 1).clone()], "reward": [], "reason": [], "done": []}
+    rec = {
+        "obs": [env.obs.clone()],
+        "frames": [torch.cat([env.pose, env.hs[:, -1]], 1).clone()],
+        "reward": [],
+        "reason": [],
+        "done": [],
+    }
     for a in actions:
         td, rew, done, extras = env.step(a)
         rec["obs"].append(td["policy"].clone())
@@ -93,7 +105,10 @@ def run(bicycle, tracks_with_ice):
 def tracks_with_ice():
     from s3.tracks.generate import ProceduralTrackParams, procedural_track
 
-    return [procedural_track(seed, ProceduralTrackParams(patch_probability=1.0, patches_min=3, patches_max=5)) for seed in (3, 4)]
+    return [
+        procedural_track(seed, ProceduralTrackParams(patch_probability=1.0, patches_min=3, patches_max=5))
+        for seed in (3, 4)
+    ]
 
 
 def test_the_run_ends_by_several_rules(run) -> None:
@@ -101,7 +116,9 @@ def test_the_run_ends_by_several_rules(run) -> None:
     assert {OFF_TRACK, BACKWARDS, STALLED, TIME_OUT} & set(rec["reason"][rec["done"]].tolist()) >= {OFF_TRACK, STALLED}
 
 
-def test_source_env_gives_the_distilled_envs_observations_rewards_and_reasons(run, tracks_with_ice, monkeypatch) -> None:
+def test_source_env_gives_the_distilled_envs_observations_rewards_and_reasons(
+    run, tracks_with_ice, monkeypatch
+) -> None:
     params, start, actions, rec = run
     frames = rec["frames"].double().numpy()
     monkeypatch.setattr(source_env, "_Workers", lambda *a, **k: ReplayWorkers(frames))
@@ -137,15 +154,25 @@ def test_reward_terms_sum_to_the_reward_and_are_zero_for_void_steps() -> None:
 
     frame = TrackFrame([procedural_track(1)], 3)
     ids = torch.arange(3)
-    x, y, h = frame.tracks.pose_at(torch.zeros(3, dtype=torch.long), torch.tensor([10.0, 20.0, 30.0]), torch.tensor([0.0, 30.0, 0.0]))
+    x, y, h = frame.tracks.pose_at(
+        torch.zeros(3, dtype=torch.long), torch.tensor([10.0, 20.0, 30.0]), torch.tensor([0.0, 30.0, 0.0])
+    )
     frame.place(ids, torch.zeros(3, dtype=torch.long), torch.stack([x, y, h], 1))
     rules = Rules(3, 0.1, EndRules.training(EnvParams()), EnvParams().reward, max_steps=100)
     ds = frame.advance(frame.pose.clone())
-    out = rules.judge(frame, ds + torch.tensor([1.0, 0.0, 0.0]), torch.ones(3, 2), torch.zeros(3, 2), torch.tensor([False, False, True]))
+    out = rules.judge(
+        frame,
+        ds + torch.tensor([1.0, 0.0, 0.0]),
+        torch.ones(3, 2),
+        torch.zeros(3, 2),
+        torch.tensor([False, False, True]),
+    )
     total = sum(out.terms.values())
     assert torch.allclose(total, out.reward) and out.reward[2] == 0 and all(t[2] == 0 for t in out.terms.values())
     assert out.reason.tolist() == [0, OFF_TRACK, 3] and out.off.tolist() == [False, True, False]
-    assert out.terms["off_track"][1] == -EnvParams().reward.off_track and out.terms["action_rate"][0] == pytest.approx(-0.04)
+    assert out.terms["off_track"][1] == -EnvParams().reward.off_track and out.terms["action_rate"][0] == pytest.approx(
+        -0.04
+    )
 
 
 def test_runs_are_judged_by_the_judging_rules_inside_the_model(bicycle, tracks_with_ice) -> None:

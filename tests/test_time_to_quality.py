@@ -34,14 +34,27 @@ TRAIN = {
     "progress_bar": False,
     "env": {"num_envs": 64, "episode_seconds": 10.0},
     "tracks": {"pool_size": 2, "validation_tracks": 1, "validation_starts": 1},
-    "ppo": {"num_steps_per_env": 8, "actor_hidden": [32], "critic_hidden": [32], "learning_epochs": 1, "mini_batches": 1},
+    "ppo": {
+        "num_steps_per_env": 8,
+        "actor_hidden": [32],
+        "critic_hidden": [32],
+        "learning_epochs": 1,
+        "mini_batches": 1,
+    },
 }
 DIRECT = {
     "progress_bar": False,
     "validation_min_speed": 15.0,
     "ppo": {"actor_hidden": [32], "critic_hidden": [32], "learning_epochs": 1, "mini_batches": 1},
     "tracks": {"pool_size": 2, "validation_tracks": 1, "validation_starts": 1},
-    "direct": {"num_envs": 4, "workers": 2, "pool_size": 2, "num_steps_per_env": 8, "chunk_iterations": 2, "validation_seconds": 1.0},
+    "direct": {
+        "num_envs": 4,
+        "workers": 2,
+        "pool_size": 2,
+        "num_steps_per_env": 8,
+        "chunk_iterations": 2,
+        "validation_seconds": 1.0,
+    },
 }
 COLLECT = {"wall_seconds_total": 20.0, "workers": 2}
 DISTILL = {"total_wall_s": 30.0, "rows": 5000}
@@ -53,8 +66,17 @@ def runs(bicycle, root) -> dict:
     from s3.rl.direct import train_direct
 
     save_checkpoint(bicycle, root / "models" / "bicycle")
-    summary = train("bicycle", root / "models", root / "policies", root / "plots", TrainParams.model_validate(TRAIN), root / "metrics" / "train")
-    direct = train_direct(Params.model_validate({"train": DIRECT}), root / "policies", None, root / "metrics" / "train", budget_s=8.0)
+    summary = train(
+        "bicycle",
+        root / "models",
+        root / "policies",
+        root / "plots",
+        TrainParams.model_validate(TRAIN),
+        root / "metrics" / "train",
+    )
+    direct = train_direct(
+        Params.model_validate({"train": DIRECT}), root / "policies", None, root / "metrics" / "train", budget_s=8.0
+    )
     (root / "metrics" / "distill").mkdir(parents=True, exist_ok=True)
     (root / "metrics" / "distill" / "bicycle.json").write_text(json.dumps(DISTILL))
     (root / "metrics" / "collect.json").write_text(json.dumps(COLLECT))
@@ -62,7 +84,9 @@ def runs(bicycle, root) -> dict:
 
 
 def _params(**extra) -> Params:
-    return Params.model_validate({"families": {"bicycle": {}}, "train": {"seed": 1, "validation_min_speed": 15.0}, **extra})
+    return Params.model_validate(
+        {"families": {"bicycle": {}}, "train": {"seed": 1, "validation_min_speed": 15.0}, **extra}
+    )
 
 
 def test_a_distilled_run_keeps_every_chunks_actor_and_they_load(runs) -> None:
@@ -77,7 +101,9 @@ def test_a_distilled_run_keeps_every_chunks_actor_and_they_load(runs) -> None:
     points = summary["checkpoints"]["points"]
     assert [p["env_steps"] for p in points] == steps and points == sorted(points, key=lambda p: p["wall_s"])
     assert summary["checkpoints"]["ppo_steps_per_s"] == summary["train"]["ppo_steps_per_s"] > 0
-    assert json.loads((root / "metrics" / "train" / "bicycle.json").read_text())["checkpoints"] == summary["checkpoints"]
+    assert (
+        json.loads((root / "metrics" / "train" / "bicycle.json").read_text())["checkpoints"] == summary["checkpoints"]
+    )
     # the kept policy is one of the checkpoints, bit for bit, and deploys the same
     meta = json.loads((folder / "policy.json").read_text())
     kept = next(e for e in index["checkpoints"] if e["iteration"] == meta["validation"]["iteration"])
@@ -111,8 +137,12 @@ def test_the_half_the_laps_rule() -> None:
         return [{"env_steps": 100 * (i + 1), "lap_share": s} for i, s in enumerate(shares)]
 
     assert ttq.first_reaching(curve(0.0, 7 / 16, 8 / 16, 1.0))["env_steps"] == 300  # exactly half counts
-    assert ttq.first_reaching(curve(0.0, 0.75, 0.25, 0.5))["env_steps"] == 200  # the earliest, even if a later one drops
-    assert ttq.first_reaching(list(reversed(curve(0.0, 0.6, 1.0))))["env_steps"] == 200  # by env steps, whatever the order
+    assert (
+        ttq.first_reaching(curve(0.0, 0.75, 0.25, 0.5))["env_steps"] == 200
+    )  # the earliest, even if a later one drops
+    assert (
+        ttq.first_reaching(list(reversed(curve(0.0, 0.6, 1.0))))["env_steps"] == 200
+    )  # by env steps, whatever the order
     assert ttq.first_reaching(curve(0.0, 7 / 16, 0.49)) is None
     assert ttq.first_reaching([]) is None
     assert ttq.first_reaching(curve(0.2, 0.3), share=0.25)["env_steps"] == 200
@@ -124,35 +154,63 @@ def b_rate_is(out: dict, rate: float) -> bool:
 
 def test_times_offsets_and_the_rule_on_synthetic_lap_shares(runs, monkeypatch) -> None:
     """Driving replaced by lap shares chosen per checkpoint: every number of the result checked by value."""
-    monkeypatch.setattr(ttq, "MIN_SPACING_STEPS", 0)  # the tiny runs' checkpoints are a few thousand steps apart: drive them all
+    monkeypatch.setattr(
+        ttq, "MIN_SPACING_STEPS", 0
+    )  # the tiny runs' checkpoints are a few thousand steps apart: drive them all
     root = runs["root"]
     shares = {"bicycle": [0.25, 0.5, 1.0], "direct": 0.0}
 
     def drive(folder, entries, tracks, params, starts=2, workers=0):
         s = shares["direct" if folder.name == "direct" else "bicycle"]
-        return [{"laps": None, "runs": 16, "lap_share": s if isinstance(s, float) else s[i], "completion": 0.5} for i in range(len(entries))]
+        return [
+            {"laps": None, "runs": 16, "lap_share": s if isinstance(s, float) else s[i], "completion": 0.5}
+            for i in range(len(entries))
+        ]
 
     monkeypatch.setattr(ttq, "drive_checkpoints", drive)
-    params = _params(policies_in_models={"oracle": {"model": "bicycle"}})  # the oracle has no policy here: reported missing
+    params = _params(
+        policies_in_models={"oracle": {"model": "bicycle"}}
+    )  # the oracle has no policy here: reported missing
     out = ttq.time_to_quality(params, root / "policies", root / "metrics", out_path=root / "ttq.json")
     assert json.loads((root / "ttq.json").read_text()) == out
     seeds = runs["summary"]["seed_selection"]["seeds"] if "seed_selection" in runs["summary"] else []
-    first = next((r for r in seeds if r["seed"] == 1), None)  # train.seed 1: its env steps over its whole training wall clock
-    rate = first["env_steps"] / first["wall_s"] if first else runs["summary"]["train"]["env_steps"] / runs["summary"]["train"]["wall_s"]
+    first = next(
+        (r for r in seeds if r["seed"] == 1), None
+    )  # train.seed 1: its env steps over its whole training wall clock
+    rate = (
+        first["env_steps"] / first["wall_s"]
+        if first
+        else runs["summary"]["train"]["env_steps"] / runs["summary"]["train"]["wall_s"]
+    )
     assert b_rate_is(out, rate)
     offset, offset_rt = 20.0 + 30.0, 5000 * 0.1 / 2 + 30.0  # collect + distill; collect rows x dt / workers + distill
     b = out["bicycle"]
-    assert b["offset_s"] == offset and b["offset_real_time_s"] == offset_rt and b["model"] == "bicycle" and b["seed"] == 1
+    assert (
+        b["offset_s"] == offset and b["offset_real_time_s"] == offset_rt and b["model"] == "bicycle" and b["seed"] == 1
+    )
     assert [p["t_s"] for p in b["curve"]] == pytest.approx([offset + n / rate for n in (1024, 2048, 3072)])
     assert [p["t_real_time_s"] for p in b["curve"]] == pytest.approx([offset_rt + n / rate for n in (1024, 2048, 3072)])
-    assert b["reached"] and b["env_steps_to_quality"] == 2048 and b["t_to_quality_s"] == pytest.approx(offset + 2048 / rate)
+    assert (
+        b["reached"]
+        and b["env_steps_to_quality"] == 2048
+        and b["t_to_quality_s"] == pytest.approx(offset + 2048 / rate)
+    )
     assert b["t_to_quality_real_time_s"] == pytest.approx(offset_rt + 2048 / rate) and b["not_reached_within_s"] is None
     d, dm = out["direct"], runs["direct"]
-    assert [p["t_s"] for p in d["curve"]] == pytest.approx([p["env_steps"] / dm["env_steps_per_s"] for p in dm["learning_curve"]])
-    assert [p["t_real_time_s"] for p in d["curve"]] == pytest.approx([p["env_steps"] * 0.1 / 2 for p in dm["learning_curve"]])
+    assert [p["t_s"] for p in d["curve"]] == pytest.approx(
+        [p["env_steps"] / dm["env_steps_per_s"] for p in dm["learning_curve"]]
+    )
+    assert [p["t_real_time_s"] for p in d["curve"]] == pytest.approx(
+        [p["env_steps"] * 0.1 / 2 for p in dm["learning_curve"]]
+    )
     assert [p["wall_s"] for p in d["curve"]] == [p["wall_s"] for p in dm["learning_curve"]]
     assert d["offset_s"] == 0.0 and d["budget_s"] == 8.0
-    assert d["reached"] is False and d["t_to_quality_s"] is None and d["t_to_quality_real_time_s"] is None and d["not_reached_within_s"] == 8.0
+    assert (
+        d["reached"] is False
+        and d["t_to_quality_s"] is None
+        and d["t_to_quality_real_time_s"] is None
+        and d["not_reached_within_s"] == 8.0
+    )
     for route in (b, d):
         ts = [p["t_s"] for p in route["curve"]]
         assert ts == sorted(set(ts))
@@ -162,7 +220,9 @@ def test_times_offsets_and_the_rule_on_synthetic_lap_shares(runs, monkeypatch) -
     assert out["budget_rule"]["holds"] is False  # 8 s < collect + distill + training
     shares["bicycle"] = [0.0, 0.4, 0.45]
     none = ttq.time_to_quality(params, root / "policies", root / "metrics", out_path=root / "ttq.json")
-    assert none["bicycle"]["t_to_quality_s"] is None and none["bicycle"]["not_reached_within_s"] == pytest.approx(offset + 3072 / rate)
+    assert none["bicycle"]["t_to_quality_s"] is None and none["bicycle"]["not_reached_within_s"] == pytest.approx(
+        offset + 3072 / rate
+    )
     assert none["distilled_best"]["policy"] is None and none["distilled_best"]["t_to_quality_s"] is None
     assert none["distilled_best"]["not_reached_within_s"] == none["bicycle"]["end_s"]
 
@@ -172,14 +232,23 @@ def test_every_checkpoint_drives_the_same_hold_out_runs(runs, monkeypatch) -> No
     monkeypatch.setattr(ttq, "MIN_SPACING_STEPS", 0)
     root = runs["root"]
     out = ttq.time_to_quality(
-        _params(), root / "policies", root / "metrics", root / "ttq_real.json", root / "plots" / "ttq.png", n_tracks=1, starts=1, workers=1
+        _params(),
+        root / "policies",
+        root / "metrics",
+        root / "ttq_real.json",
+        root / "plots" / "ttq.png",
+        n_tracks=1,
+        starts=1,
+        workers=1,
     )
     assert out["tracks"]["runs"] == 1 and out["tracks"]["list"][0]["surface"] == "heavy_ice"
     for name in ("bicycle", "direct"):
         curve = out[name]["curve"]
         assert len(curve) == len(read_index(root / "policies" / name)["checkpoints"])
         for p in curve:
-            assert p["runs"] == 1 and p["laps"] in (0, 1) and p["lap_share"] == p["laps"] and 0.0 <= p["completion"] <= 1.0
+            assert (
+                p["runs"] == 1 and p["laps"] in (0, 1) and p["lap_share"] == p["laps"] and 0.0 <= p["completion"] <= 1.0
+            )
         assert (out[name]["t_to_quality_s"] is None) == all(p["lap_share"] < 0.5 for p in curve)
     assert (root / "plots" / "ttq.png").stat().st_size > 0
 
@@ -204,9 +273,18 @@ def test_the_command_writes_the_metrics_and_the_figure(runs) -> None:
     res = CliRunner().invoke(app, ["time-to-quality", "--params", str(yaml)])
     assert res.exit_code == 0, res.output
     out = json.loads((root / "metrics" / "time_to_quality.json").read_text())
-    assert out["tracks"]["runs"] == 16 and [t["surface"] for t in out["tracks"]["list"]] == ["heavy_ice", "dry", "dry", "heavy_ice"] * 2
-    assert set(out) >= {"direct", "bicycle", "distilled_best", "rule", "budget_rule"} and all(p["runs"] == 16 for p in out["direct"]["curve"])
-    assert (root / "plots" / "time_to_quality.png").stat().st_size > 0 and "bicycle:" in res.output and "direct:" in res.output
+    assert (
+        out["tracks"]["runs"] == 16
+        and [t["surface"] for t in out["tracks"]["list"]] == ["heavy_ice", "dry", "dry", "heavy_ice"] * 2
+    )
+    assert set(out) >= {"direct", "bicycle", "distilled_best", "rule", "budget_rule"} and all(
+        p["runs"] == 16 for p in out["direct"]["curve"]
+    )
+    assert (
+        (root / "plots" / "time_to_quality.png").stat().st_size > 0
+        and "bicycle:" in res.output
+        and "direct:" in res.output
+    )
 
 
 def test_checkpoints_are_driven_at_least_100k_steps_apart() -> None:

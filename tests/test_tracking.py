@@ -51,7 +51,9 @@ def test_tracking_uri_is_explicit(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 def test_families_share_one_parent_and_carry_accuracy(ws: Path) -> None:
     (ws / "m.json").write_text(json.dumps(METRICS))
     (ws / "plot.png").write_bytes(b"\x89PNG fake")
-    rid_a = tracking.log_stage("distill", "ddm", {"history": 10, "ddm": {"gru_hidden": 8}}, ws / "m.json", [ws / "plot.png"])
+    rid_a = tracking.log_stage(
+        "distill", "ddm", {"history": 10, "ddm": {"gru_hidden": 8}}, ws / "m.json", [ws / "plot.png"]
+    )
     rid_b = tracking.log_stage("distill", "transformer", {"history": 10}, METRICS)
     again = tracking.log_stage("train", "ddm", {"steps": 5}, {"reward": 3.0})  # a later stage, same family run
     assert again == rid_a and rid_b != rid_a
@@ -108,13 +110,22 @@ def test_switched_off_makes_no_client_and_no_file(ws: Path, monkeypatch: pytest.
     with pytest.raises(AssertionError, match="MlflowClient"):
         tracking.log_stage("distill", "ddm", {}, METRICS)
     monkeypatch.setenv("S3_MLFLOW", "0")
-    assert tracking.log_stage("distill", "ddm", {}, METRICS) is None and tracking.log_stage_safely("collect", None, {}, {"rows": 1}) is None
-    assert tracking.pipeline_run() is None and tracking.family_run("ddm") is None and tracking.family_run_safely("ddm") is None
+    assert (
+        tracking.log_stage("distill", "ddm", {}, METRICS) is None
+        and tracking.log_stage_safely("collect", None, {}, {"rows": 1}) is None
+    )
+    assert (
+        tracking.pipeline_run() is None
+        and tracking.family_run("ddm") is None
+        and tracking.family_run_safely("ddm") is None
+    )
     tracking.log_evaluate(Params(), "ddm", {"summary": {"nominal": {"completion_rate": 1.0}}})
     assert sorted(p.name for p in ws.iterdir()) == ["dvc.lock", "params.yaml"]
 
 
-def test_tracking_trouble_never_fails_a_stage(ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_tracking_trouble_never_fails_a_stage(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://nowhere")
     assert tracking.log_stage_safely("distill", "ddm", {}, METRICS) is None
     assert "MLflow logging skipped" in capsys.readouterr().err
@@ -134,10 +145,15 @@ def test_runs_are_closed_and_commit_can_be_given(ws: Path, monkeypatch: pytest.M
 def test_experiment_opens_as_model_training_in_mlflow_3(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tracking.log_stage("distill", "ddm", {}, METRICS)
     c = tracking.client(ws)
-    assert c.get_experiment_by_name(tracking.experiment_name()).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert (
+        c.get_experiment_by_name(tracking.experiment_name()).tags["mlflow.experimentKind"] == "custom_model_development"
+    )
     monkeypatch.setenv(tracking.EXPERIMENT_ENV, f"{tracking.experiment_name()}-old")
     old = c.create_experiment(tracking.experiment_name())  # made before the tag existed
-    assert tracking.experiment_id(c) == old and c.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert (
+        tracking.experiment_id(c) == old
+        and c.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
+    )
 
 
 def test_run_handle_nests_pickles_flushes_and_never_raises(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -148,8 +164,14 @@ def test_run_handle_nests_pickles_flushes_and_never_raises(ws: Path, capsys: pyt
     seed = run.child("ddm-seed3", {"s3.kind": "seed", "s3.seed": "3"})
     assert seed is not None
     again = pickle.loads(pickle.dumps(seed))  # what a worker process receives: ids and URI only
-    assert (again.uri, again.experiment_id, again.run_id) == (seed.uri, seed.experiment_id, seed.run_id) and again._client is None
-    again.log_curve([("Train/mean_reward", i, float(i)) for i in range(1500)] + [("Loss/value", 0, float("nan"))], prefix="train/")
+    assert (again.uri, again.experiment_id, again.run_id) == (
+        seed.uri,
+        seed.experiment_id,
+        seed.run_id,
+    ) and again._client is None
+    again.log_curve(
+        [("Train/mean_reward", i, float(i)) for i in range(1500)] + [("Loss/value", 0, float("nan"))], prefix="train/"
+    )
     again.log_metrics({"val/score": 0.5, "val/none": None, "val/flag": True}, step=2)
     again.finish()  # waits for the asynchronous writes
     c = tracking.client(ws)

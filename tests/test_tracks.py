@@ -39,7 +39,9 @@ def test_circle_length_and_curvature():
     cw = Track("cw", t.centerline[::-1], t.w_left, t.w_right)
     np.testing.assert_allclose(cw.curvature, -1 / r, rtol=1e-3)
     # heading of a CCW circle at angle theta is theta + pi/2
-    np.testing.assert_allclose(wrap_angle(t.heading - (np.linspace(0, 2 * np.pi, 720, endpoint=False) + np.pi / 2)), 0, atol=1e-9)
+    np.testing.assert_allclose(
+        wrap_angle(t.heading - (np.linspace(0, 2 * np.pi, 720, endpoint=False) + np.pi / 2)), 0, atol=1e-9
+    )
 
 
 def test_project_known_offsets_on_circle():
@@ -131,7 +133,9 @@ def test_self_intersection_and_patch_mu_rejected():
     assert segments_cross(circle().centerline) is None
     side = np.arange(0.0, 100.0, 1.0)  # collinear points along straights are fine
     zero, full = 0 * side, 100 + 0 * side
-    rect = np.concatenate([np.stack(c, 1) for c in ((side, zero), (full, side), (100 - side, full), (zero, 100 - side))])
+    rect = np.concatenate(
+        [np.stack(c, 1) for c in ((side, zero), (full, side), (100 - side, full), (zero, 100 - side))]
+    )
     assert segments_cross(rect) is None
     touching = np.concatenate([rect[:150], [[100.0, 0.0]], rect[150:]])  # revisits a corner
     assert segments_cross(touching) is not None
@@ -277,7 +281,11 @@ def test_too_close_matches_all_pairs_on_the_shapes_the_generator_tries():
     answers = []
     for _ in range(40):
         n = int(rng.integers(6, 16))
-        ctrl = np.stack([np.cos(2 * np.pi * np.arange(n) / n), np.sin(2 * np.pi * np.arange(n) / n)], 1) * rng.uniform(0.3, 1.0, (n, 1)) * 150
+        ctrl = (
+            np.stack([np.cos(2 * np.pi * np.arange(n) / n), np.sin(2 * np.pi * np.arange(n) / n)], 1)
+            * rng.uniform(0.3, 1.0, (n, 1))
+            * 150
+        )
         t = np.arange(n, dtype=float)
         xy = periodic_spline(t, float(n), ctrl, np.linspace(0, n, int(rng.integers(150, 400)), endpoint=False))
         gaps = np.linalg.norm(xy[:, None] - xy[None], axis=2)

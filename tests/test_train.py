@@ -34,7 +34,13 @@ TINY = {
     "progress_bar": False,
     "env": {"num_envs": 128, "episode_seconds": 20.0},
     "tracks": {"pool_size": 4, "validation_tracks": 2, "validation_starts": 1},
-    "ppo": {"num_steps_per_env": 16, "actor_hidden": [64, 64], "critic_hidden": [64, 64], "learning_epochs": 3, "mini_batches": 2},
+    "ppo": {
+        "num_steps_per_env": 16,
+        "actor_hidden": [64, 64],
+        "critic_hidden": [64, 64],
+        "learning_epochs": 3,
+        "mini_batches": 2,
+    },
 }
 
 
@@ -52,7 +58,15 @@ def trained(bicycle, root) -> dict:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("S3_MLFLOW", "1")
         run = tracking.family_run("bicycle")
-    summary = train("bicycle", root / "models", root / "policies", root / "plots", TrainParams.model_validate(TINY), metrics_dir=root / "metrics", run=run)
+    summary = train(
+        "bicycle",
+        root / "models",
+        root / "policies",
+        root / "plots",
+        TrainParams.model_validate(TINY),
+        metrics_dir=root / "metrics",
+        run=run,
+    )
     run.finish()  # the run's owner ends it, not the training
     return {"root": root, "summary": summary, "run": run}
 
@@ -129,28 +143,46 @@ def test_checkpoints_validated_together_drive_as_they_drive_alone() -> None:
             p.add_(0.3 * torch.randn(p.shape, generator=g))
         model.head.bias[0] += 1.0
     params = TrainParams.model_validate(
-        {**TINY, "env": {"num_envs": 8, "compile_model": True, "max_steer": 10.0}, "tracks": {"pool_size": 2, "validation_tracks": 8, "validation_starts": 4}}
+        {
+            **TINY,
+            "env": {"num_envs": 8, "compile_model": True, "max_steer": 10.0},
+            "tracks": {"pool_size": 2, "validation_tracks": 8, "validation_starts": 4},
+        }
     )
     tracks, dev = validation_tracks(params.tracks, params.seed), torch.device("cpu")
     actor = PPOTrainer(DistilledEnv(model, tracks[:2], params.env, seed=0), params.ppo, "cpu").actor
     states = []
     for k in range(9):
         g = torch.Generator().manual_seed(k)
-        states.append({n: v + 0.5 * torch.randn(v.shape, generator=g) if n.startswith("mlp") else v.clone() for n, v in actor.state_dict().items()})
+        states.append(
+            {
+                n: v + 0.5 * torch.randn(v.shape, generator=g) if n.startswith("mlp") else v.clone()
+                for n, v in actor.state_dict().items()
+            }
+        )
     assert len(states) * 8 * 4 > INFERENCE_CHUNK
     calls = []
     model.net._compiled = lambda *a: calls.append(len(a[0])) or model.net._forward(*a)  # stands for the compiled chunk
-    assert DistilledEnv(model, tracks, params.env.model_copy(update={"num_envs": 288}), seed=0).step(torch.zeros(288, 2)) and calls  # a training env uses it
+    assert (
+        DistilledEnv(model, tracks, params.env.model_copy(update={"num_envs": 288}), seed=0).step(torch.zeros(288, 2))
+        and calls
+    )  # a training env uses it
     calls.clear()
     together = drive_checkpoints(actor, states, model, tracks, params, dev)
-    assert not calls and model.inference_compile is True  # validation ran eager; the setting is left as the training env set it
+    assert (
+        not calls and model.inference_compile is True
+    )  # validation ran eager; the setting is left as the training env set it
     distinct = {together.part(slice(32 * k, 32 * k + 32)).progress.tobytes() for k in range(9)}
     assert len(distinct) >= 8  # the checkpoints drive differently (two random ones may coincide)
     summaries = validate_checkpoints(actor, states, model, tracks, params, dev)
     for k in (0, 8):
         alone = drive_checkpoints(actor, [states[k]], model, tracks, params, dev)
         part = together.part(slice(32 * k, 32 * k + 32))
-        assert np.array_equal(part.progress, alone.progress) and np.array_equal(part.steps, alone.steps) and part.reason == alone.reason
+        assert (
+            np.array_equal(part.progress, alone.progress)
+            and np.array_equal(part.steps, alone.steps)
+            and part.reason == alone.reason
+        )
         actor.load_state_dict(states[k])
         assert validate(actor, model, tracks, params, dev) == summaries[k]
 
@@ -162,13 +194,23 @@ def test_learning_curve_is_in_mlflow(trained) -> None:
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
     run = client.get_run(run_id)
     assert run_id == trained["run"].run_id  # the run it was given, not one of its own
-    assert run.info.status == "FINISHED" and run.data.tags["s3.family"] == "bicycle" and run.data.tags["s3.kind"] == "family"
+    assert (
+        run.info.status == "FINISHED"
+        and run.data.tags["s3.family"] == "bicycle"
+        and run.data.tags["s3.kind"] == "family"
+    )
     assert client.get_run(run.data.tags["mlflow.parentRunId"]).data.tags["s3.kind"] == "pipeline"
-    assert all("mlflow.parentRunId" in r.data.tags for r in client.search_runs([run.info.experiment_id]) if r.data.tags.get("s3.kind") != "pipeline")
+    assert all(
+        "mlflow.parentRunId" in r.data.tags
+        for r in client.search_runs([run.info.experiment_id])
+        if r.data.tags.get("s3.kind") != "pipeline"
+    )
     assert run.data.params["train.env.num_envs"] == "128"
     rewards = client.get_metric_history(run_id, "train/Train/mean_reward")
     assert len(rewards) >= 20 and sorted(m.step for m in rewards) == [m.step for m in rewards]
-    losses = client.get_metric_history(run_id, "train/Loss/value")  # one per PPO update: every batch written, the last too
+    losses = client.get_metric_history(
+        run_id, "train/Loss/value"
+    )  # one per PPO update: every batch written, the last too
     assert sorted(m.step for m in losses) == list(range(trained["summary"]["train"]["iterations"]))
     assert len(client.get_metric_history(run_id, "val/score")) == 3
     assert "val/best_score" in run.data.metrics and "train/Loss/value" in run.data.metrics
@@ -223,11 +265,19 @@ def test_a_slow_machine_trains_the_same_policy(bicycle, root, monkeypatch) -> No
     import s3.rl.train as train_mod
 
     params = TrainParams.model_validate(
-        {**TINY, "max_env_steps": 64 * 8 * 4, "chunk_iterations": 2, "env": {"num_envs": 64}, "ppo": {**TINY["ppo"], "num_steps_per_env": 8}}
+        {
+            **TINY,
+            "max_env_steps": 64 * 8 * 4,
+            "chunk_iterations": 2,
+            "env": {"num_envs": 64},
+            "ppo": {**TINY["ppo"], "num_steps_per_env": 8},
+        }
     )
     fast = train_policy(bicycle, root / "policies" / "fast", None, params, "bicycle")
     t0 = real_time.perf_counter()
-    monkeypatch.setattr(train_mod, "time", SimpleNamespace(perf_counter=lambda: t0 + 100.0 * (real_time.perf_counter() - t0)))
+    monkeypatch.setattr(
+        train_mod, "time", SimpleNamespace(perf_counter=lambda: t0 + 100.0 * (real_time.perf_counter() - t0))
+    )
     slow = train_policy(bicycle, root / "policies" / "slow", None, params, "bicycle")
     assert slow["train"]["wall_s"] > 20.0 * fast["train"]["wall_s"]  # the clock did run slow
     assert fast["train"]["stopped_by"] == slow["train"]["stopped_by"] == "max_env_steps"
@@ -242,15 +292,29 @@ def test_oracle_with_one_seed_trains_in_its_family_model_named_for_itself(bicycl
 
     monkeypatch.setenv("S3_MLFLOW", "1")
     save_checkpoint(bicycle, root / "models" / "bicycle")
-    tiny = {**TINY, "max_env_steps": 64 * 8 * 2, "chunk_iterations": 2, "env": {"num_envs": 64}, "ppo": {**TINY["ppo"], "num_steps_per_env": 8}}
-    params = Params.model_validate({"train": {**tiny, "seeds": 1}, "policies_in_models": {"oracle": {"model": "bicycle"}}})
+    tiny = {
+        **TINY,
+        "max_env_steps": 64 * 8 * 2,
+        "chunk_iterations": 2,
+        "env": {"num_envs": 64},
+        "ppo": {**TINY["ppo"], "num_steps_per_env": 8},
+    }
+    params = Params.model_validate(
+        {"train": {**tiny, "seeds": 1}, "policies_in_models": {"oracle": {"model": "bicycle"}}}
+    )
     summary = train_one("oracle", params, root / "models", root / "policies", root / "plots", root / "metrics")
     meta = json.loads((root / "policies" / "oracle" / "policy.json").read_text())
     assert summary["policy"] == "oracle" and summary["family"] == "bicycle" and meta["obs"]["surface_label"]
     run = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}").get_run(summary["mlflow_run_id"])
-    assert run.info.run_name == "oracle" and run.data.tags["s3.family"] == "oracle" and run.data.tags["s3.kind"] == "family"
+    assert (
+        run.info.run_name == "oracle"
+        and run.data.tags["s3.family"] == "oracle"
+        and run.data.tags["s3.kind"] == "family"
+    )
     assert run.info.status == "FINISHED" and run.data.params["family"] == "bicycle"
-    assert {"train/Train/mean_reward", "train/train.wall_s"} <= set(run.data.metrics)  # the PPO curve and the stage's summary, one run
+    assert {"train/Train/mean_reward", "train/train.wall_s"} <= set(
+        run.data.metrics
+    )  # the PPO curve and the stage's summary, one run
     assert json.loads((root / "metrics" / "oracle.json").read_text())["policy"] == "oracle"
 
 
@@ -274,13 +338,23 @@ def test_switched_off_training_makes_no_mlflow_client_and_no_file(bicycle, tmp_p
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("S3_MLFLOW", "0")
     save_checkpoint(bicycle, tmp_path / "models" / "bicycle")
-    tiny = {**TINY, "max_env_steps": 64 * 8 * 2, "chunk_iterations": 2, "env": {"num_envs": 64}, "ppo": {**TINY["ppo"], "num_steps_per_env": 8}}
-    summary = train_one("bicycle", Params.model_validate({"train": {**tiny, "seeds": 1}}), "models", "policies", "plots", "metrics")
+    tiny = {
+        **TINY,
+        "max_env_steps": 64 * 8 * 2,
+        "chunk_iterations": 2,
+        "env": {"num_envs": 64},
+        "ppo": {**TINY["ppo"], "num_steps_per_env": 8},
+    }
+    summary = train_one(
+        "bicycle", Params.model_validate({"train": {**tiny, "seeds": 1}}), "models", "policies", "plots", "metrics"
+    )
     assert summary["mlflow_run_id"] is None and (tmp_path / "policies" / "bicycle" / "policy.json").exists()
     assert made == [] and "MLflow" not in capsys.readouterr().err
     assert not [p for p in tmp_path.rglob("*") if p.name in ("mlflow.db", "mlruns", "mlartifacts")]
     monkeypatch.setenv("S3_MLFLOW", "1")
-    assert tracking.family_run_safely("bicycle") is None and made == [1]  # on, the stage's first MLflow step reaches the client
+    assert tracking.family_run_safely("bicycle") is None and made == [
+        1
+    ]  # on, the stage's first MLflow step reaches the client
 
 
 def _onnx_policy(path):
@@ -309,13 +383,23 @@ def _onnx_policy(path):
 
 
 @pytest.mark.parametrize(("kind", "steer_full_speed"), [("mlp", 0.0), ("mlp", 6.0), ("gru", 6.0)])
-def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_path, kind: str, steer_full_speed: float) -> None:
+def test_exported_policy_reproduces_the_in_memory_policy(
+    bicycle, tracks, tmp_path, kind: str, steer_full_speed: float
+) -> None:
     """policy.onnx, run without s3, gives the in-memory actor's commands (normaliser, mean action, clip,
     command map with speed-sensitive steering, and a GRU's state carried over steps); the export is
     byte-stable (the same weights twice, in one process, give the same bytes)."""
     env_params = EnvParams(num_envs=16, surface_label=kind == "gru", steer_full_speed=steer_full_speed)
     env = DistilledEnv(bicycle, tracks, env_params, seed=0)
-    ppo = PPOParams(policy=kind, actor_hidden=[32, 32], critic_hidden=[32], rnn_hidden=16, num_steps_per_env=8, learning_epochs=1, mini_batches=1)
+    ppo = PPOParams(
+        policy=kind,
+        actor_hidden=[32, 32],
+        critic_hidden=[32],
+        rnn_hidden=16,
+        num_steps_per_env=8,
+        learning_epochs=1,
+        mini_batches=1,
+    )
     trainer = PPOTrainer(env, ppo, "cpu")
     trainer.iterate(2)  # moves the weights and the observation normaliser away from their init
     actor = trainer.actor
@@ -334,11 +418,15 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     saved = json.loads((tmp_path / "a" / "policy.json").read_text())
     assert saved["policy"]["export"]["file"] == EXPORT
-    assert "mlflow_run_id" not in saved and saved["train"] == {"env_steps": 64}  # the run's clock and id: metrics/train only
+    assert "mlflow_run_id" not in saved and saved["train"] == {
+        "env_steps": 64
+    }  # the run's clock and id: metrics/train only
     assert saved["policy"]["export"]["inputs"] == (["obs", "h"] if kind == "gru" else ["obs"])
     exported = _onnx_policy(tmp_path / "a" / EXPORT)
     rebuilt, _ = load_actor(tmp_path / "a")
-    deployed = load_policy_fn(tmp_path / "a")[0]  # what evaluation drives: rebuilt from the weights, map from policy.json
+    deployed = load_policy_fn(tmp_path / "a")[
+        0
+    ]  # what evaluation drives: rebuilt from the weights, map from policy.json
     actor.reset()
     rebuilt.reset()
     obs = env.reset()["policy"]
@@ -350,7 +438,11 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
             again = policy_to_command(rebuilt(td), obs[:, 0], steer_full_speed)
             dep = deployed(obs)
         out = torch.from_numpy(exported(obs.numpy()))
-        assert torch.allclose(out, mem, atol=1e-5) and torch.allclose(again, mem, atol=1e-5) and torch.allclose(dep, mem, atol=1e-5)
+        assert (
+            torch.allclose(out, mem, atol=1e-5)
+            and torch.allclose(again, mem, atol=1e-5)
+            and torch.allclose(dep, mem, atol=1e-5)
+        )
         assert ((out[:, 1:] >= 0) & (out[:, 1:] <= 1)).all() and (out[:, 0].abs() <= 1).all()
         obs = env.step(out)[0]["policy"]
     assert exported(obs[:3].numpy()).shape == (3, 3)  # any batch size
@@ -359,7 +451,16 @@ def test_exported_policy_reproduces_the_in_memory_policy(bicycle, tracks, tmp_pa
 
 def test_bench_env_reports_throughput(bicycle) -> None:
     params = TrainParams.model_validate({"ppo": {"num_steps_per_env": 4, "learning_epochs": 1, "mini_batches": 1}})
-    out = bench_env("bicycle", sizes=(16, 32), params=params, env_seconds=0.1, train_iterations=1, n_tracks=2, model=bicycle, source_seconds=0)
+    out = bench_env(
+        "bicycle",
+        sizes=(16, 32),
+        params=params,
+        env_seconds=0.1,
+        train_iterations=1,
+        n_tracks=2,
+        model=bicycle,
+        source_seconds=0,
+    )
     for key in ("env_steps_per_s", "train_steps_per_s", "peak_memory_mb"):
         assert set(out[key]) == {"16", "32"} and all(v > 0 for v in out[key].values())
     assert out["obs_dim"] == 119 and out["device"] == "cpu"
@@ -373,9 +474,17 @@ def test_evaluate_policy_measures_the_transfer_gap(trained) -> None:
     from s3.evaluate.policy_eval import evaluate_policy
 
     root = trained["root"]
-    ep = EvaluateParams(tracks=["road_course"], conditions=["nominal", "ice"], start_fractions=[0.0, 0.5], max_lap_seconds=15.0, gif=False)
+    ep = EvaluateParams(
+        tracks=["road_course"],
+        conditions=["nominal", "ice"],
+        start_fractions=[0.0, 0.5],
+        max_lap_seconds=15.0,
+        gif=False,
+    )
     params = Params().model_copy(update={"evaluate": ep})
-    out = evaluate_policy("bicycle", root / "policies" / "bicycle", params, root / "eval" / "bicycle.json", None, root / "models")
+    out = evaluate_policy(
+        "bicycle", root / "policies" / "bicycle", params, root / "eval" / "bicycle.json", None, root / "models"
+    )
     on_disk = json.loads((root / "eval" / "bicycle.json").read_text())
     assert on_disk["transfer_gap"] == out["transfer_gap"] and set(out["transfer_gap"]) == {"nominal", "ice"}
     for cond in ("nominal", "ice"):

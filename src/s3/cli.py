@@ -20,12 +20,16 @@ from rich.console import Console
 from s3.config import Params, ParamsError, load_params
 from s3.platform.tracking import log_collect, log_distill, log_evaluate
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Sim2Sim2Sim: collect, distill, train, evaluate, report.")
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="Sim2Sim2Sim: collect, distill, train, evaluate, report."
+)
 bench_app = typer.Typer(no_args_is_help=True, help="Throughput benchmarks that print JSON.")
 track_app = typer.Typer(no_args_is_help=True, help="Inspect tracks: the built-in road course or a CSV circuit.")
 app.add_typer(bench_app, name="bench")
 app.add_typer(track_app, name="track")
-study_app = typer.Typer(no_args_is_help=True, help="Experiment sets beside the default run: studies/<set>.yaml (docs/study.md).")
+study_app = typer.Typer(
+    no_args_is_help=True, help="Experiment sets beside the default run: studies/<set>.yaml (docs/study.md)."
+)
 app.add_typer(study_app, name="study")
 beamng_app = typer.Typer(no_args_is_help=True, help="BeamNG.tech as the source simulator (docs/beamng.md).")
 app.add_typer(beamng_app, name="beamng")
@@ -76,7 +80,9 @@ def _params(path: Path, overrides: list[str] | None) -> Params:
         return load_params(path, overrides or [])
 
 
-COLLECT_METRICS = Path("metrics/collect.json")  # the run's wall clock, workers and retries (data/rollouts holds only the data)
+COLLECT_METRICS = Path(
+    "metrics/collect.json"
+)  # the run's wall clock, workers and retries (data/rollouts holds only the data)
 
 
 @app.command()
@@ -167,7 +173,12 @@ POLICIES_DIR, TRAIN_PLOTS, TRAIN_METRICS = Path("policies"), Path("plots/train")
 
 @app.command()
 def train(
-    family: Annotated[str, typer.Option(help="a family, oracle, direct (params.yaml `families`, `policies_in_models`), or all (the families)")] = "all",
+    family: Annotated[
+        str,
+        typer.Option(
+            help="a family, oracle, direct (params.yaml `families`, `policies_in_models`), or all (the families)"
+        ),
+    ] = "all",
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
     quiet: Quiet = False,
@@ -182,7 +193,9 @@ def train(
     p = _params(params, set_)
     with _one_line_errors():
         names = _pick(family, p.policies(), list(p.families), POLICIES_KEY)
-        root = p.model_copy(update={"train": p.train.model_copy(update={"progress_bar": p.train.progress_bar and not quiet})})
+        root = p.model_copy(
+            update={"train": p.train.model_copy(update={"progress_bar": p.train.progress_bar and not quiet})}
+        )
         results = train_policies(names, root, MODELS_DIR, POLICIES_DIR, TRAIN_PLOTS, TRAIN_METRICS)
     for fam, r in results.items():
         console.print(f"{fam}: {json.dumps({k: v for k, v in r.items() if not isinstance(v, (dict, list))})}")
@@ -190,10 +203,17 @@ def train(
 
 @app.command()
 def evaluate(
-    family: Annotated[str, typer.Option(help="a trained policy (a family, oracle, direct), a baseline (pid, pid_blind, pid_cautious), or all")] = "all",
+    family: Annotated[
+        str,
+        typer.Option(
+            help="a trained policy (a family, oracle, direct), a baseline (pid, pid_blind, pid_cautious), or all"
+        ),
+    ] = "all",
     track: Annotated[
         list[str] | None,
-        typer.Option(help="a circuit instead of evaluate.tracks, repeatable: a built-in name or a racing CSV (x_m,y_m,w_tr_right_m,w_tr_left_m)"),
+        typer.Option(
+            help="a circuit instead of evaluate.tracks, repeatable: a built-in name or a racing CSV (x_m,y_m,w_tr_right_m,w_tr_left_m)"
+        ),
     ] = None,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
@@ -208,7 +228,9 @@ def evaluate(
             for spec in track:
                 if spec.endswith(".csv") and not Path(spec).exists():
                     raise ParamsError(f"--track {spec}: no such file")
-            p = p.model_copy(update={"evaluate": p.evaluate.model_validate({**p.evaluate.model_dump(), "tracks": list(track)})})
+            p = p.model_copy(
+                update={"evaluate": p.evaluate.model_validate({**p.evaluate.model_dump(), "tracks": list(track)})}
+            )
         ep = p.evaluate
         known = [*p.policies(), *BASELINES]
         names = _pick(family, known, known, f"{POLICIES_KEY}; the baselines")
@@ -217,7 +239,10 @@ def evaluate(
             out, plots = Path(ep.out_dir) / f"{name}.json", Path(ep.plot_dir) / name
             if track:  # the pipeline's suite results (metrics/eval/<name>.json) stay as they are
                 tag = "_".join(Path(t).stem for t in track)
-                out, plots = Path(ep.out_dir) / "tracks" / f"{name}_{tag}.json", Path(ep.plot_dir) / "tracks" / f"{name}_{tag}"
+                out, plots = (
+                    Path(ep.out_dir) / "tracks" / f"{name}_{tag}.json",
+                    Path(ep.plot_dir) / "tracks" / f"{name}_{tag}",
+                )
             if name in BASELINES:
                 results[name] = evaluate_baseline(name, p, out, plots)
                 if not track:  # a custom circuit's results are not the pipeline's
@@ -246,7 +271,9 @@ def report(
     metrics_dir: Annotated[Path, typer.Option(help="where metrics/distill, train and eval live")] = Path("metrics"),
     reports_dir: Annotated[Path, typer.Option(help="reports/report.md goes here")] = Path("reports"),
     plots_dir: Annotated[Path, typer.Option(help="the accuracy-vs-quality figure goes here")] = Path("plots/report"),
-    readme: Annotated[Path | None, typer.Option(help="also rewrite the results block of this file (README.md) from the report")] = None,
+    readme: Annotated[
+        Path | None, typer.Option(help="also rewrite the results block of this file (README.md) from the report")
+    ] = None,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
 ) -> None:
@@ -259,7 +286,9 @@ def report(
     with _one_line_errors():
         if readme is not None and (not readme.is_file() or readme_block(readme.read_text()) is None):
             raise ParamsError(f"--readme {readme}: needs a file with one {README_BEGIN} ... {README_END} block")
-        rep = run_report(metrics_dir, reports_dir, plots_dir, _table_console(), families=list(p.families), models=p.models())
+        rep = run_report(
+            metrics_dir, reports_dir, plots_dir, _table_console(), families=list(p.families), models=p.models()
+        )
         if readme is not None:
             write_text_atomic(readme, replace_readme_block(readme.read_text(), readme_table(rep)))
             console.print(f"results block -> {readme}", highlight=False)
@@ -294,7 +323,9 @@ def holdout(
     family: Annotated[str, typer.Option(help="a model family, oracle, direct, or all (every trained policy)")] = "all",
     surface: Annotated[str, typer.Option(help="heavy_ice (3-6 patches per track) or dry (pace)")] = "heavy_ice",
     tracks: Annotated[int, typer.Option(min=1, max=64, help="held-out procedural tracks, 2 starts each")] = 8,
-    seed: Annotated[int, typer.Option(help="generator seed of the held-out tracks (training validates on train.seed)")] = 7,
+    seed: Annotated[
+        int, typer.Option(help="generator seed of the held-out tracks (training validates on train.seed)")
+    ] = 7,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
@@ -347,7 +378,8 @@ def time_to_quality(params: ParamsPath = Path("params.yaml"), set_: Overrides = 
             console.print(f"{name}: {r['missing']}", highlight=False)
         elif r["t_to_quality_s"] is not None:
             console.print(
-                f"{name}: lap-completing after {_secs(r['t_to_quality_s'])} (real-time source {_secs(r['t_to_quality_real_time_s'])})", highlight=False
+                f"{name}: lap-completing after {_secs(r['t_to_quality_s'])} (real-time source {_secs(r['t_to_quality_real_time_s'])})",
+                highlight=False,
             )
         else:
             console.print(f"{name}: not lap-completing within {_secs(r['not_reached_within_s'])}", highlight=False)
@@ -361,7 +393,9 @@ def _secs(x: float | None) -> str:
 def _holdout_table(result: dict) -> object:
     from rich.table import Table
 
-    t = Table(title=f"held-out procedural tracks ({result['surface']}, seed {result['seed']}), source simulator, {result['runs']} runs")
+    t = Table(
+        title=f"held-out procedural tracks ({result['surface']}, seed {result['seed']}), source simulator, {result['runs']} runs"
+    )
     for col in ("driver", "laps", "lap share", "mean lap (s)", "lap time / pid's", "ends"):
         t.add_column(col)
     for name, r in result["drivers"].items():
@@ -386,14 +420,24 @@ def _evaluation_table(results: dict[str, dict]) -> object:
         lo_hi = "" if m.get("ci95") is None else f" [{m['ci95'][0]:.{digits}f}, {m['ci95'][1]:.{digits}f}]"
         return f"{m['estimate']:.{digits}f}{lo_hi}"
 
-    table = Table(title="evaluate: the evaluation suite in the source simulator (mean over seeds [95 % two-level bootstrap])")
+    table = Table(
+        title="evaluate: the evaluation suite in the source simulator (mean over seeds [95 % two-level bootstrap])"
+    )
     for col in ("driver", "circuit", "condition", "seeds", "laps", "completion", "lap share", "lap time (s)"):
         table.add_column(col, justify="left" if col in ("driver", "circuit", "condition") else "right")
     for name, res in results.items():
         for circuit, conds in res.get("summary", {}).items():
             for cond, b in conds.items():
-                table.add_row(name, circuit, cond, str(b["seeds"]), f"{b['completed']}/{b['runs']}", ci(b["completion_rate"]), ci(b["lap_share"]),
-                              ci(b["lap_time_s"], 1))  # fmt: skip
+                table.add_row(
+                    name,
+                    circuit,
+                    cond,
+                    str(b["seeds"]),
+                    f"{b['completed']}/{b['runs']}",
+                    ci(b["completion_rate"]),
+                    ci(b["lap_share"]),
+                    ci(b["lap_time_s"], 1),
+                )
     return table
 
 
@@ -402,7 +446,9 @@ def bench_env(
     family: Annotated[str, typer.Option(help="model family whose models/<family>/ to step")] = "bicycle",
     device: Annotated[str, typer.Option(help="cpu, cuda or auto")] = "auto",
     seconds: Annotated[float, typer.Option(help="wall seconds to time the source simulator (0 skips it)")] = 10.0,
-    size: Annotated[list[int] | None, typer.Option(help="number of cars N, repeatable (default 256, 1024, 4096; a GPU wants more)")] = None,
+    size: Annotated[
+        list[int] | None, typer.Option(help="number of cars N, repeatable (default 256, 1024, 4096; a GPU wants more)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
@@ -418,7 +464,15 @@ def bench_env(
     with _one_line_errors():
         if size and min(size) < 1:
             raise typer.BadParameter(f"--size must be >= 1, got {min(size)}")
-        result = run_env(family, MODELS_DIR, sizes=size or (256, 1024, 4096), device=device, params=p.train, sim=p.sim, source_seconds=seconds)
+        result = run_env(
+            family,
+            MODELS_DIR,
+            sizes=size or (256, 1024, 4096),
+            device=device,
+            params=p.train,
+            sim=p.sim,
+            source_seconds=seconds,
+        )
     if as_json:
         print(json.dumps(result))
     else:
@@ -484,7 +538,12 @@ def beamng_check(params: ParamsPath = Path("params.yaml"), set_: Overrides = Non
     with _one_line_errors():
         checks = first_contact(p.sim)
     for c in checks:
-        console.print(f"{'[green]ok[/green]  ' if c.ok else '[red]FAIL[/red]'} {c.name}: {c.detail}", markup=True, highlight=False, soft_wrap=True)
+        console.print(
+            f"{'[green]ok[/green]  ' if c.ok else '[red]FAIL[/red]'} {c.name}: {c.detail}",
+            markup=True,
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(verdict(checks), highlight=False)
     if not all(c.ok for c in checks):
         raise typer.Exit(1)
@@ -494,10 +553,14 @@ def beamng_check(params: ParamsPath = Path("params.yaml"), set_: Overrides = Non
 def study_run(
     name: Annotated[str, typer.Argument(help="a set in studies/ (ablation, graded) or a study .yaml file")],
     variant: Annotated[list[str] | None, typer.Option(help="only this variant (repeatable)")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="list the variants and their commands; run nothing")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="list the variants and their commands; run nothing")
+    ] = False,
     force: Annotated[bool, typer.Option("--force", help="also run variants whose result file exists")] = False,
     root: Annotated[Path, typer.Option(help="the workspaces: ROOT/<set>/<variant>")] = Path("/tmp/s3-study"),
-    results: Annotated[Path, typer.Option(help="the results: RESULTS/<set>/<variant>.json")] = Path("metrics/experiments"),
+    results: Annotated[Path, typer.Option(help="the results: RESULTS/<set>/<variant>.json")] = Path(
+        "metrics/experiments"
+    ),
 ) -> None:
     """Run a set's variants, each in its own scratch workspace (dvc repro evaluate@<policy>), into metrics/experiments/<set>/."""
     from s3.platform.study import StudyError, run_study

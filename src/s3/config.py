@@ -61,7 +61,9 @@ class SimParams(BaseModel):
             return self
         n = self.control_dt / self.mujoco.timestep
         if abs(n - round(n)) > 1e-6:
-            raise ValueError(f"control_dt {self.control_dt} s must be a whole number of mujoco.timestep {self.mujoco.timestep} s")
+            raise ValueError(
+                f"control_dt {self.control_dt} s must be a whole number of mujoco.timestep {self.mujoco.timestep} s"
+            )
         return self
 
 
@@ -70,8 +72,16 @@ class FamilyEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | None = Field(None, description="the distilled model its policy trains in: the family itself (dvc.yaml's train stage reads it)")
-    distill: list[str] | None = Field(None, min_length=3, max_length=3, description="the three distill keys only its distill@<family> stage tracks (dvc.yaml)")
+    model: str | None = Field(
+        None,
+        description="the distilled model its policy trains in: the family itself (dvc.yaml's train stage reads it)",
+    )
+    distill: list[str] | None = Field(
+        None,
+        min_length=3,
+        max_length=3,
+        description="the three distill keys only its distill@<family> stage tracks (dvc.yaml)",
+    )
 
 
 class PolicyEntry(BaseModel):
@@ -93,10 +103,12 @@ class Params(BaseModel):
 
     seed: int = Field(0, ge=0, le=2**31 - 1)
     families: dict[str, FamilyEntry] = Field(
-        default_factory=lambda: {f: FamilyEntry() for f in FAMILIES}, description="the model families the pipeline runs (s3.dynamics.registry)"
+        default_factory=lambda: {f: FamilyEntry() for f in FAMILIES},
+        description="the model families the pipeline runs (s3.dynamics.registry)",
     )
     policies_in_models: dict[str, PolicyEntry] = Field(
-        default_factory=dict, description="policies trained inside a distilled model; each family's own policy is implied"
+        default_factory=dict,
+        description="policies trained inside a distilled model; each family's own policy is implied",
     )
     sim: SimParams = SimParams()
     collect: CollectParams = CollectParams()
@@ -111,9 +123,13 @@ class Params(BaseModel):
         tree = self.model_dump()
         for fam, entry in self.families.items():
             if fam not in FAMILIES:
-                raise ValueError(f"families.{fam}: no such model family in s3.dynamics.registry ({', '.join(FAMILIES)})")
+                raise ValueError(
+                    f"families.{fam}: no such model family in s3.dynamics.registry ({', '.join(FAMILIES)})"
+                )
             if entry.model not in (None, fam):
-                raise ValueError(f"families.{fam}.model: {entry.model!r}; a family's policy trains in its own model ({fam!r})")
+                raise ValueError(
+                    f"families.{fam}.model: {entry.model!r}; a family's policy trains in its own model ({fam!r})"
+                )
             for i, key in enumerate(entry.distill or ()):
                 node: Any = tree
                 for part in key.split("."):
@@ -122,7 +138,9 @@ class Params(BaseModel):
                     raise ValueError(f"families.{fam}.distill[{i}]: {key!r} is not a distill.* key of params.yaml")
         for name, entry in self.policies_in_models.items():
             if name == DIRECT:
-                raise ValueError(f"policies_in_models.{DIRECT}: {DIRECT!r} trains in the source simulator (train_direct), not in a model")
+                raise ValueError(
+                    f"policies_in_models.{DIRECT}: {DIRECT!r} trains in the source simulator (train_direct), not in a model"
+                )
             want = [name] if name in self.families else list(self.families)
             if entry.model not in want:
                 raise ValueError(f"policies_in_models.{name}.model: {entry.model!r} is not one of {', '.join(want)}")
@@ -130,7 +148,9 @@ class Params(BaseModel):
             if name not in self.policies():
                 raise ValueError(f"train.per_policy.{name}: not one of the policies ({', '.join(self.policies())})")
         if self.compute.backend == "ray" and self.compute.resources.train.num_gpus > 0 and self.train.device == "cpu":
-            raise ValueError("compute.resources.train.num_gpus: training jobs hold a GPU but train.device is 'cpu' (set it to 'cuda' or 'auto')")
+            raise ValueError(
+                "compute.resources.train.num_gpus: training jobs hold a GPU but train.device is 'cpu' (set it to 'cuda' or 'auto')"
+            )
         if self.compute.backend == "ray" and self.compute.resources.train.num_gpus == 0 and self.train.device == "cuda":
             raise ValueError(
                 "compute.resources.train.num_gpus: train.device is 'cuda' but training jobs ask no GPU, and on Ray a job that asks "
@@ -150,7 +170,9 @@ class Params(BaseModel):
         """The model family `policy` trains in (ParamsError naming the policies it knows)."""
         models = self.models()
         if policy not in models:
-            raise ParamsError(f"{policy!r} is not a policy trained in a model ({', '.join(models)}: params.yaml families, policies_in_models)")
+            raise ParamsError(
+                f"{policy!r} is not a policy trained in a model ({', '.join(models)}: params.yaml families, policies_in_models)"
+            )
         return models[policy]
 
 
@@ -239,11 +261,15 @@ def _check_stage_lists(tree: dict[str, Any], params: Params, source: str) -> Non
         return
     for fam, entry in tree["families"].items():
         if entry.get("model") != fam or len(entry.get("distill") or ()) != 3:
-            raise ParamsError(f"{source}: families.{fam}: dvc.yaml needs {{model: {fam}, distill: [three distill keys]}}")
+            raise ParamsError(
+                f"{source}: families.{fam}: dvc.yaml needs {{model: {fam}, distill: [three distill keys]}}"
+            )
     listed = tree.get("policies_in_models") or {}
     for fam in tree["families"]:
         if fam not in listed:
-            raise ParamsError(f"{source}: policies_in_models.{fam}: missing: the train stages come from this list (`<<: *families` carries every family)")
+            raise ParamsError(
+                f"{source}: policies_in_models.{fam}: missing: the train stages come from this list (`<<: *families` carries every family)"
+            )
     per_policy = (tree.get("train") or {}).get("per_policy") or {}
     for name in params.policies():
         if name not in per_policy:

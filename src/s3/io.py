@@ -78,7 +78,9 @@ def workspace_lock(folder: str | Path, what: str) -> Iterator[None]:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise WorkspaceBusy(f"{folder}: another `{what}` is already running on this folder; wait for it to finish") from None
+            raise WorkspaceBusy(
+                f"{folder}: another `{what}` is already running on this folder; wait for it to finish"
+            ) from None
         try:
             f.write(f"{os.getpid()}\n")
             f.flush()

@@ -250,7 +250,14 @@ def write_rollouts(df: pd.DataFrame, folder: str | Path, dt: float, episodes_per
         part = df[df["episode"].isin(eps[k : k + episodes_per_shard])]
         path = folder / shard_name(k // episodes_per_shard)
         write_shard(path, part, {"s3_collect_key": "synthetic"})
-        shards.append({"file": path.name, "rows": len(part), "episodes": int(part["episode"].nunique()), "sha256": sha256_file(path)})
+        shards.append(
+            {
+                "file": path.name,
+                "rows": len(part),
+                "episodes": int(part["episode"].nunique()),
+                "sha256": sha256_file(path),
+            }
+        )
     manifest = {
         "s3_version": __version__,
         "schema_version": SCHEMA_VERSION,
@@ -265,12 +272,16 @@ def write_rollouts(df: pd.DataFrame, folder: str | Path, dt: float, episodes_per
     return folder
 
 
-def fitted_bicycle(history: int = 5, use_mu: bool = False, n_episodes: int = 16, episode_steps: int = 200, seed: int = 1):
+def fitted_bicycle(
+    history: int = 5, use_mu: bool = False, n_episodes: int = 16, episode_steps: int = 200, seed: int = 1
+):
     """A BicycleModel fitted on synthetic rollouts of the known car (grip = asphalt rows): the
     small, fast dynamics model the RL and evaluation tests drive."""
     from s3.dynamics.bicycle import BicycleModel, fit_bicycle
 
-    df = generate_rollouts(n_episodes=n_episodes, episode_steps=episode_steps, seed=seed).sort_values(["episode", "step"])
+    df = generate_rollouts(n_episodes=n_episodes, episode_steps=episode_steps, seed=seed).sort_values(
+        ["episode", "step"]
+    )
     s = df[["vx", "vy", "yaw_rate", "steer"]].to_numpy(np.float32)
     a = df[["steering_cmd", "throttle_cmd", "brake_cmd"]].to_numpy(np.float32)
     same = df["episode"].to_numpy()[1:] == df["episode"].to_numpy()[:-1]

@@ -61,7 +61,9 @@ def fixed_tracks():
 def env_params(surface_label: bool):
     from s3.rl.params import EnvParams
 
-    return EnvParams(num_envs=N_CARS, episode_seconds=12.0, surface_label=surface_label, init_speed_max=15.0, stall_seconds=3.0)
+    return EnvParams(
+        num_envs=N_CARS, episode_seconds=12.0, surface_label=surface_label, init_speed_max=15.0, stall_seconds=3.0
+    )
 
 
 def policy(layout):
@@ -97,24 +99,40 @@ def drive_distilled(surface_label: bool) -> dict[str, np.ndarray]:
     from s3.rl.env import DistilledEnv
 
     env = DistilledEnv(fixed_model(), fixed_tracks(), env_params(surface_label), num_envs=N_CARS, device="cpu", seed=3)
-    out: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "action", "reward", "done", "time_out", "reason", "pose", "state", "command", "track")}
+    out: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("obs", "action", "reward", "done", "time_out", "reason", "pose", "state", "command", "track")
+    }
 
     def record(obs: torch.Tensor, steps: int) -> None:
         act = policy(env.layout)
         for _ in range(steps):
-            for key, value in (("obs", obs), ("pose", env.pose), ("state", env.hs[:, -1]), ("command", env.ha[:, -1]), ("track", env.track_idx)):
+            for key, value in (
+                ("obs", obs),
+                ("pose", env.pose),
+                ("state", env.hs[:, -1]),
+                ("command", env.ha[:, -1]),
+                ("track", env.track_idx),
+            ):
                 out[key].append(value.numpy().copy())
             a = act(obs)
             td, rew, done, extras = env.step(a)
             obs = td["policy"]
-            for key, value in (("action", a), ("reward", rew), ("done", done), ("time_out", extras["time_outs"]), ("reason", extras["reason"])):
+            for key, value in (
+                ("action", a),
+                ("reward", rew),
+                ("done", done),
+                ("time_out", extras["time_outs"]),
+                ("reason", extras["reason"]),
+            ):
                 out[key].append(value.numpy().copy())
 
     with torch.inference_mode():
         record(env.get_observations()["policy"], N_STEPS)
         heading = torch.tensor([0.0, 1.0, 2.0, -2.5, 3.1, 0.5, -1.2, 0.0, 0.3, -0.3, 1.6, -1.6])
         speed = torch.tensor([0.0, 5.0, 8.0, 3.0, 12.0, 20.0, 6.0, 14.0, 10.0, 2.0, 4.0, 9.0])
-        starts = env.reset_to(torch.arange(N_CARS) % 4, 37.0 * torch.arange(N_CARS), torch.linspace(-1.5, 1.5, N_CARS), heading, speed)
+        starts = env.reset_to(
+            torch.arange(N_CARS) % 4, 37.0 * torch.arange(N_CARS), torch.linspace(-1.5, 1.5, N_CARS), heading, speed
+        )
         record(starts["policy"], 40)
     return {k: np.stack(v) for k, v in out.items()}
 
@@ -148,8 +166,16 @@ def builders(d: dict[str, np.ndarray], surface_label: bool) -> dict[str, np.ndar
         drv = PolicyDriver(lambda: lambda o: o, params)
         obs_d = []
         for k in range(len(pose)):
-            vs = VehicleState(time=0.1 * k, x=float(pose[k, 0]), y=float(pose[k, 1]), yaw=float(pose[k, 2]), vx=float(state[k, 0]),
-                              vy=float(state[k, 1]), yaw_rate=float(state[k, 2]), steer=float(state[k, 3]))  # fmt: skip
+            vs = VehicleState(
+                time=0.1 * k,
+                x=float(pose[k, 0]),
+                y=float(pose[k, 1]),
+                yaw=float(pose[k, 2]),
+                vx=float(state[k, 0]),
+                vy=float(state[k, 1]),
+                yaw_rate=float(state[k, 2]),
+                steer=float(state[k, 3]),
+            )
             if k == 0:
                 drv.reset(tracks[track], vs)
             else:
@@ -176,7 +202,15 @@ def pid_laps() -> dict[str, dict]:
         for frac in (0.0, 0.5):
             sim = make_sim(SimParams())  # the one car: driver aids on
             try:
-                r = run_lap(sim, track, PidDriver.for_sim(sim), start_s=frac * track.length, start_speed=5.0, max_seconds=ep.max_lap_seconds, judge=ep.judge)
+                r = run_lap(
+                    sim,
+                    track,
+                    PidDriver.for_sim(sim),
+                    start_s=frac * track.length,
+                    start_speed=5.0,
+                    max_seconds=ep.max_lap_seconds,
+                    judge=ep.judge,
+                )
             finally:
                 sim.close()
             tr = r.trajectory
@@ -186,7 +220,9 @@ def pid_laps() -> dict[str, dict]:
                 "lap_time": r.lap_time,
                 "progress": r.progress,
                 "steps": r.steps,
-                "every_50": {k: tr[k][::50].tolist() for k in ("x", "y", "vx", "steering_cmd", "throttle_cmd", "brake_cmd", "d")},
+                "every_50": {
+                    k: tr[k][::50].tolist() for k in ("x", "y", "vx", "steering_cmd", "throttle_cmd", "brake_cmd", "d")
+                },
             }
     return out
 

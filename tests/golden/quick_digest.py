@@ -39,7 +39,9 @@ def _rows(path: Path) -> str:
     for name in sorted(table.column_names):
         values = table.column(name).to_numpy()
         h.update(name.encode())
-        h.update(np.ascontiguousarray(values).tobytes() if values.dtype != object else "\0".join(map(str, values)).encode())
+        h.update(
+            np.ascontiguousarray(values).tobytes() if values.dtype != object else "\0".join(map(str, values)).encode()
+        )
     return h.hexdigest()[:16]
 
 
@@ -49,7 +51,9 @@ def digest(ws: Path) -> dict[str, str]:
         out[f"rollouts/{shard.name}"] = _rows(shard)
     for f in sorted((ws / "models").glob("*/model.safetensors")):
         out[f"models/{f.parent.name}"] = _tensors(f)
-    for f in sorted([*(ws / "policies").glob("*/policy.safetensors"), *(ws / "policies").glob("*/seeds/*/policy.safetensors")]):
+    for f in sorted(
+        [*(ws / "policies").glob("*/policy.safetensors"), *(ws / "policies").glob("*/seeds/*/policy.safetensors")]
+    ):
         name = f.parent.relative_to(ws / "policies").as_posix()
         if not name.startswith("direct"):  # wall-clock budget: not reproducible
             out[f"policies/{name}"] = _tensors(f)

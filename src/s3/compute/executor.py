@@ -113,7 +113,9 @@ class Executor:
 
     def _given_up(self, job: Job, o: Outcome, error: BaseException, attempts: int) -> Outcome:
         """A job's last attempt failed: stop the stage, or report the job failed."""
-        if self.policy.fatal(error) and not (self.policy.retriable(error) and self.instances and set(self.instances) - self.down):
+        if self.policy.fatal(error) and not (
+            self.policy.retriable(error) and self.instances and set(self.instances) - self.down
+        ):
             if self.policy.retriable(error):  # an unreachable simulator (every instance), still so on the last attempt
                 raise type(error)(f"{error} ({job.name}, {attempts} attempts)") from None
             raise error
@@ -146,7 +148,12 @@ class LocalExecutor(Executor):
     """Jobs in this process (workers == 1) or in a local process pool (see the module docstring)."""
 
     def __init__(
-        self, workers: int = 0, preload: Sequence[str] = (), policy: RetryPolicy | None = None, label: str = "s3", instances: Sequence[str] = ()
+        self,
+        workers: int = 0,
+        preload: Sequence[str] = (),
+        policy: RetryPolicy | None = None,
+        label: str = "s3",
+        instances: Sequence[str] = (),
     ) -> None:
         super().__init__(policy, label, instances)
         self.workers = len(self.instances) if self.instances else max(1, int(workers) or (os.cpu_count() or 1))
@@ -206,7 +213,9 @@ class LocalExecutor(Executor):
             queue = suspects if alone else fresh
             width = 1 if alone else min(self.workers, len(fresh))
             broken: list[int] = []
-            with ProcessPoolExecutor(max_workers=width, mp_context=ctx, initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
+            with ProcessPoolExecutor(
+                max_workers=width, mp_context=ctx, initializer=exit_with_parent, initargs=(os.getpid(),)
+            ) as pool:
                 running: dict[Future[Any], int] = {}
                 while (queue and not broken) or running:
                     busy = {jobs[i].affinity for i in running.values()} - {None}
@@ -252,7 +261,9 @@ class LocalExecutor(Executor):
                         finish(i, outcomes[i])
             if not alone:
                 if broken:
-                    self.say(f"a worker process died; re-running {', '.join(jobs[i].name for i in sorted(broken))} one at a time")
+                    self.say(
+                        f"a worker process died; re-running {', '.join(jobs[i].name for i in sorted(broken))} one at a time"
+                    )
                 for i in sorted(broken):
                     attempts[i] -= 1  # a shared pool's death is not (yet) charged to any one job
                     outcomes[i].retries += 1
@@ -265,7 +276,9 @@ class LocalExecutor(Executor):
                     outcomes[i].retries += 1
                     outcomes[i].causes.append("worker process died")
                     wait_s = self.policy.wait_s(attempts[i])
-                    self.say(f"{jobs[i].name}: worker process died; retry {attempts[i]}/{self.policy.retries} in {wait_s:g} s")
+                    self.say(
+                        f"{jobs[i].name}: worker process died; retry {attempts[i]}/{self.policy.retries} in {wait_s:g} s"
+                    )
                     not_before[i] = time.monotonic() + wait_s
                     suspects.appendleft(i)
                 else:

@@ -16,8 +16,12 @@ class JobResources(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    num_cpus: float = Field(1.0, gt=0.0, le=1024.0, description="CPU cores a job holds (a PPO seed: match train.torch_threads)")
-    num_gpus: float = Field(0.0, ge=0.0, le=64.0, description="GPUs a job holds (training on a GPU node: 1, with train.device cuda or auto)")
+    num_cpus: float = Field(
+        1.0, gt=0.0, le=1024.0, description="CPU cores a job holds (a PPO seed: match train.torch_threads)"
+    )
+    num_gpus: float = Field(
+        0.0, ge=0.0, le=64.0, description="GPUs a job holds (training on a GPU node: 1, with train.device cuda or auto)"
+    )
 
 
 class Resources(BaseModel):
@@ -28,7 +32,9 @@ class Resources(BaseModel):
     collect: JobResources = JobResources()  # a collection shard
     train: JobResources = JobResources()  # a PPO seed in a distilled env
     evaluate: JobResources = JobResources()  # an evaluation run
-    source_env: JobResources = JobResources()  # one simulator actor of the source env (direct PPO, the source seed choice)
+    source_env: JobResources = (
+        JobResources()
+    )  # one simulator actor of the source env (direct PPO, the source seed choice)
 
 
 class ComputeParams(BaseModel):
@@ -36,13 +42,17 @@ class ComputeParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["local", "ray"] = Field("local", description="local: a process pool on this machine (no Ray); ray: tasks on a Ray cluster")
+    backend: Literal["local", "ray"] = Field(
+        "local", description="local: a process pool on this machine (no Ray); ray: tasks on a Ray cluster"
+    )
     address: str = Field(
         "",
         description="ray backend: '' starts a local Ray instance bound to 127.0.0.1 for the stage; 'auto' or 'host:6379' joins "
         "a running cluster (this machine must be one of its nodes); 'ray://host:10001' joins one through Ray Client",
     )
-    local_cpus: int = Field(0, ge=0, le=4096, description="ray backend, address '': CPUs of the local instance (0: every core)")
+    local_cpus: int = Field(
+        0, ge=0, le=4096, description="ray backend, address '': CPUs of the local instance (0: every core)"
+    )
     resources: Resources = Resources()
     retry: RetryPolicy = RetryPolicy()
     fail_at_lost_share: float = Field(

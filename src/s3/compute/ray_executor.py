@@ -85,12 +85,18 @@ def connect(compute: ComputeParams, instances: Sequence[str] = ()) -> Any:
     # Ray reads its authentication settings when it is first imported: set them before
     mode = os.environ.setdefault("RAY_AUTH_MODE", "token")
     if mode == "disabled":
-        raise RayUnavailable("RAY_AUTH_MODE=disabled: s3 does not run Ray without authentication (unset it, or set it to 'token')")
+        raise RayUnavailable(
+            "RAY_AUTH_MODE=disabled: s3 does not run Ray without authentication (unset it, or set it to 'token')"
+        )
     loaded = sys.modules.get("ray")
     if compute.address == "" and not _has_token() and not (loaded and loaded.is_initialized()):
         if loaded is not None:  # Ray read its settings on import: a token set now would not be used
-            raise RayUnavailable("Ray was imported before s3 could give its local instance a token: set RAY_AUTH_TOKEN (or import ray after s3 connects)")
-        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # a local instance of this stage's own: a fresh secret (this process and its children)
+            raise RayUnavailable(
+                "Ray was imported before s3 could give its local instance a token: set RAY_AUTH_TOKEN (or import ray after s3 connects)"
+            )
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(
+            32
+        )  # a local instance of this stage's own: a fresh secret (this process and its children)
     try:
         import ray
     except ImportError:
@@ -130,7 +136,9 @@ def _loopback_only() -> Iterator[None]:
 
     resolve = getattr(services, "resolve_ip_for_localhost", None)
     if resolve is None:
-        raise RayUnavailable(f"ray {_version()}: ray._private.services.resolve_ip_for_localhost is gone; s3 cannot keep a local instance on 127.0.0.1")
+        raise RayUnavailable(
+            f"ray {_version()}: ray._private.services.resolve_ip_for_localhost is gone; s3 cannot keep a local instance on 127.0.0.1"
+        )
     services.resolve_ip_for_localhost = lambda host: host
     try:
         yield
@@ -153,7 +161,10 @@ def _version() -> str:
 
 def _has_token() -> bool:
     """Whether Ray will find a token: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token."""
-    return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")) or (Path.home() / ".ray" / "auth_token").is_file()
+    return (
+        bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"))
+        or (Path.home() / ".ray" / "auth_token").is_file()
+    )
 
 
 def _in_ray_worker(env: dict[str, str], fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, str, float]:
@@ -190,7 +201,9 @@ def per_node(ray: Any, free: bool = False) -> list[dict[str, float]]:
 
 def fits(node: dict[str, float], want: dict[str, float]) -> int:
     """How many jobs asking `want` (resource -> amount) one node's `node` resources hold at once."""
-    return min(int(node.get(k, 0.0) / v + 1e-9) for k, v in want.items() if v > 0)  # callers ask CPUs (> 0 by the params)
+    return min(
+        int(node.get(k, 0.0) / v + 1e-9) for k, v in want.items() if v > 0
+    )  # callers ask CPUs (> 0 by the params)
 
 
 def check_fits(ray: Any, key: str, resources: JobResources, instances: Sequence[str] = ()) -> None:
@@ -201,12 +214,18 @@ def check_fits(ray: Any, key: str, resources: JobResources, instances: Sequence[
     for name, res in (("num_cpus", "CPU"), ("num_gpus", "GPU")):
         most = max((n.get(res, 0.0) for n in nodes), default=0.0)
         if want[res] > most:
-            raise RayUnavailable(f"{key}.{name}: a job asks {want[res]:g}, the largest node of the Ray cluster has {most:g}")
+            raise RayUnavailable(
+                f"{key}.{name}: a job asks {want[res]:g}, the largest node of the Ray cluster has {most:g}"
+            )
     if not any(fits(n, want) for n in nodes):
-        raise RayUnavailable(f"{key}: a job asks {want['CPU']:g} CPUs and {want['GPU']:g} GPUs on one node; no node of the Ray cluster has both")
+        raise RayUnavailable(
+            f"{key}: a job asks {want['CPU']:g} CPUs and {want['GPU']:g} GPUs on one node; no node of the Ray cluster has both"
+        )
     for address in instances:
         if not any(fits(n, {**want, instance_resource(address): 1.0}) for n in nodes):
-            raise RayUnavailable(f"{key}: the node that declares {instance_resource(address)} has fewer than {want['CPU']:g} CPUs / {want['GPU']:g} GPUs")
+            raise RayUnavailable(
+                f"{key}: the node that declares {instance_resource(address)} has fewer than {want['CPU']:g} CPUs / {want['GPU']:g} GPUs"
+            )
 
 
 class RayExecutor(Executor):
@@ -214,7 +233,14 @@ class RayExecutor(Executor):
 
     shared_fs = False
 
-    def __init__(self, compute: ComputeParams, kind: JobKind, label: str = "s3", instances: Sequence[str] = (), progress: bool = False) -> None:
+    def __init__(
+        self,
+        compute: ComputeParams,
+        kind: JobKind,
+        label: str = "s3",
+        instances: Sequence[str] = (),
+        progress: bool = False,
+    ) -> None:
         super().__init__(compute.retry, label, instances)
         self.ray = connect(compute, self.instances)
         self.key, self.resources = f"compute.resources.{kind}", getattr(compute.resources, kind)
@@ -242,7 +268,14 @@ class RayExecutor(Executor):
         ex = self.ray.exceptions
         if isinstance(error, ex.RayTaskError) and isinstance(error.cause, BaseException):
             return error.cause
-        died = (ex.WorkerCrashedError, ex.NodeDiedError, ex.ObjectLostError, ex.LocalRayletDiedError, ex.OwnerDiedError, ex.OutOfMemoryError)
+        died = (
+            ex.WorkerCrashedError,
+            ex.NodeDiedError,
+            ex.ObjectLostError,
+            ex.LocalRayletDiedError,
+            ex.OwnerDiedError,
+            ex.OutOfMemoryError,
+        )
         if isinstance(error, died):
             return WorkerDied(f"Ray worker died ({type(error).__name__})")
         return error
@@ -251,7 +284,9 @@ class RayExecutor(Executor):
         """Why a job that no live node can hold any more will not run: its instance is unreachable
         (retried elsewhere), or the cluster lost the only nodes that could hold it (the stage stops)."""
         if instance is not None:
-            return SimulatorUnreachable(f"simulator instance {instance}: no live Ray node declares {instance_resource(instance)} any more")
+            return SimulatorUnreachable(
+                f"simulator instance {instance}: no live Ray node declares {instance_resource(instance)} any more"
+            )
         return RayUnavailable(
             f"{self.key}: {job.name} asks {self.resources.num_cpus:g} CPUs and {self.resources.num_gpus:g} GPUs on one node, "
             "and no live node of the Ray cluster has them any more (a node left the cluster)"
@@ -302,7 +337,10 @@ class RayExecutor(Executor):
                 ready, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, min([*waiting, STRANDED_CHECK_S])))
                 stranded: list[Any] = []
                 if time.monotonic() - checked >= STRANDED_CHECK_S:
-                    checked, stranded = time.monotonic(), self._stranded({r: v for r, v in running.items() if r not in ready})
+                    checked, stranded = (
+                        time.monotonic(),
+                        self._stranded({r: v for r, v in running.items() if r not in ready}),
+                    )
                 for ref in [*ready, *stranded]:
                     i, instance = running.pop(ref)
                     try:
@@ -312,7 +350,9 @@ class RayExecutor(Executor):
                         value, node, seconds = ray.get(ref)
                     except Exception as e:
                         error = e if ref in stranded else self._cause(e)
-                        if instance is not None and self.policy.retriable(error) and not isinstance(error, WorkerDied):  # the worker died, not the simulator
+                        if (
+                            instance is not None and self.policy.retriable(error) and not isinstance(error, WorkerDied)
+                        ):  # the worker died, not the simulator
                             self.down.add(instance)
                             failed_on[i] = instance
                         if self._retry(jobs[i], outcomes[i], error, attempts[i]):
@@ -334,9 +374,16 @@ class RayExecutor(Executor):
         wall = time.monotonic() - t0
         cpus = float(ray.cluster_resources().get("CPU", 0.0))
         share = job_s * self.resources.num_cpus / (cpus * wall) if cpus and wall > 0 else None
-        self.stats = {"jobs": n, "attempts": sum(attempts), "nodes": len(nodes), "jobs_per_node": sorted(nodes.values(), reverse=True),
-                      "job_seconds": round(job_s, 2), "wall_s": round(wall, 2), "cluster_cpus": cpus,
-                      "utilisation": None if share is None else round(share, 3)}  # fmt: skip
+        self.stats = {
+            "jobs": n,
+            "attempts": sum(attempts),
+            "nodes": len(nodes),
+            "jobs_per_node": sorted(nodes.values(), reverse=True),
+            "job_seconds": round(job_s, 2),
+            "wall_s": round(wall, 2),
+            "cluster_cpus": cpus,
+            "utilisation": None if share is None else round(share, 3),
+        }
         if n:
             use = "" if share is None else f", {share:.0%} of the cluster's {cpus:g} CPUs busy"
             self.say(f"ray: {n} jobs on {len(nodes)} node(s) in {wall:.1f} s ({job_s:.1f} job-seconds{use})")

@@ -31,8 +31,12 @@ class RetryPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    retries: int = Field(3, ge=0, le=20, description="extra attempts for a job whose simulator connection or worker process was lost")
-    retry_backoff_s: float = Field(1.0, ge=0.0, le=600.0, description="wait before the first retry (s); doubles with each further retry")
+    retries: int = Field(
+        3, ge=0, le=20, description="extra attempts for a job whose simulator connection or worker process was lost"
+    )
+    retry_backoff_s: float = Field(
+        1.0, ge=0.0, le=600.0, description="wait before the first retry (s); doubles with each further retry"
+    )
     max_backoff_s: float = Field(60.0, ge=0.0, le=3600.0, description="longest wait between two attempts (s)")
 
     def retriable(self, error: BaseException) -> bool:
@@ -48,13 +52,17 @@ class RetryPolicy(BaseModel):
         wait = tenacity.wait_exponential(multiplier=self.retry_backoff_s, exp_base=2, min=0, max=self.max_backoff_s)
         return float(wait(_State(attempt))) if self.retry_backoff_s > 0 else 0.0
 
-    def call(self, fn: Callable[[], T], on_retry: Callable[[int, BaseException, float], None] | None = None) -> tuple[T, int]:
+    def call(
+        self, fn: Callable[[], T], on_retry: Callable[[int, BaseException, float], None] | None = None
+    ) -> tuple[T, int]:
         """fn() with this policy in this process: (its value, retries used); the last failure propagates."""
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.retries + 1),
             wait=lambda state: self.wait_s(state.attempt_number),
             retry=tenacity.retry_if_exception(self.retriable),
-            before_sleep=(lambda s: on_retry(s.attempt_number, s.outcome.exception(), s.upcoming_sleep)) if on_retry else None,
+            before_sleep=(lambda s: on_retry(s.attempt_number, s.outcome.exception(), s.upcoming_sleep))
+            if on_retry
+            else None,
             reraise=True,
         )
         for attempt in retrying:

@@ -113,10 +113,27 @@ def episode_plan(params: Params, episode: int) -> tuple[np.random.Generator, str
 
 def _row(ep: int, step: int, st: VehicleState, track_id: str, cmd: Control, s: float, d: float, off: bool) -> list:
     return [
-        ep, step, st.time, track_id, st.x, st.y, st.yaw, st.vx, st.vy, st.yaw_rate, st.steer,
-        *map(float, st.wheel_speed), cmd.steering, cmd.throttle, cmd.brake,
-        *map(float, st.friction), float(np.mean(st.friction)), s, d, off,
-    ]  # fmt: skip
+        ep,
+        step,
+        st.time,
+        track_id,
+        st.x,
+        st.y,
+        st.yaw,
+        st.vx,
+        st.vy,
+        st.yaw_rate,
+        st.steer,
+        *map(float, st.wheel_speed),
+        cmd.steering,
+        cmd.throttle,
+        cmd.brake,
+        *map(float, st.friction),
+        float(np.mean(st.friction)),
+        s,
+        d,
+        off,
+    ]
 
 
 def run_episode(sim: SourceSim, params: Params, episode: int) -> tuple[pd.DataFrame | None, str]:
@@ -188,7 +205,17 @@ def _injected_exit(episode: int) -> None:
 
 
 # BeamNG params that say where and how patiently to reach the simulator, not what it simulates
-BEAMNG_NOT_DATA = {"host", "port", "instances", "request_timeout", "load_timeout", "bng_home", "check_position_m", "check_heading_deg", "check_speed_m_s"}
+BEAMNG_NOT_DATA = {
+    "host",
+    "port",
+    "instances",
+    "request_timeout",
+    "load_timeout",
+    "bng_home",
+    "check_position_m",
+    "check_heading_deg",
+    "check_speed_m_s",
+}
 
 
 def data_params(params: Params) -> dict[str, Any]:
@@ -202,7 +229,12 @@ def data_params(params: Params) -> dict[str, Any]:
 
 def data_key(params: Params) -> str:
     """Provenance of the data: data_params, the s3, schema and simulator versions."""
-    blob = {**data_params(params), "s3": __version__, "schema": SCHEMA_VERSION, "simulator": _sim_version(params.sim.backend)}
+    blob = {
+        **data_params(params),
+        "s3": __version__,
+        "schema": SCHEMA_VERSION,
+        "simulator": _sim_version(params.sim.backend),
+    }
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -283,10 +315,16 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics
             def done(i: int, o: Outcome) -> None:
                 results[todo[i]] = _shard_result(params, todo[i], out, o)
                 if record is not None:  # a killed run still leaves what its finished shards cost
-                    write_json_atomic(record, _run_record(params, results, out, time.perf_counter() - t0, workers, complete=False))
+                    write_json_atomic(
+                        record, _run_record(params, results, out, time.perf_counter() - t0, workers, complete=False)
+                    )
                 progress.advance(bar)
 
-            preload = ("s3.data.collect", "s3.sim.factory", f"s3.sim.{'beamng' if params.sim.backend == 'beamng' else 'mujoco_car'}")
+            preload = (
+                "s3.data.collect",
+                "s3.sim.factory",
+                f"s3.sim.{'beamng' if params.sim.backend == 'beamng' else 'mujoco_car'}",
+            )
             executor = executor_for(params.compute, "collect", workers, preload, "collect", sims)
             try:
                 executor.run([Job(f"shard {k}", collect_shard, (params_json, k, key)) for k in todo], done)
@@ -304,7 +342,9 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics
                 "re-run `s3 collect` to collect them"
             )
         first = next((d.get("reason") for d in manifest["lost"]), None)
-        check_lost("collect", manifest["episodes_lost"], c.episodes, params.compute.fail_at_lost_share, first, str(path))
+        check_lost(
+            "collect", manifest["episodes_lost"], c.episodes, params.compute.fail_at_lost_share, first, str(path)
+        )
         from s3.viz.collect_plots import plot_sample_episodes
 
         plot_sample_episodes(out, root / c.plot_dir / "sample_episodes.png", params)
@@ -314,7 +354,11 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics
 def _shard_result(params: Params, index: int, out: Path, o: Outcome) -> ShardResult:
     """The shard job's result, with its retries noted; a shard given up: no file, every episode lost."""
     eps = shard_episodes(params, index)
-    retried = [{"shard": index, "episodes": [eps.start, eps.stop - 1], "retries": o.retries, "causes": o.causes}] if o.retries else []
+    retried = (
+        [{"shard": index, "episodes": [eps.start, eps.stop - 1], "retries": o.retries, "causes": o.causes}]
+        if o.retries
+        else []
+    )
     if o.ok:
         r, data = o.value
         write_bytes_atomic(out / r.file, data)
@@ -349,12 +393,19 @@ def _reused(path: Path, index: int, dropped: list[dict[str, Any]], seconds: floa
     return ShardResult(index, path.name, len(episodes), len(np.unique(episodes)), dropped, seconds, reused=True)
 
 
-def _run_record(params: Params, results: dict[int, ShardResult], out: Path, wall: float, workers: int, complete: bool) -> dict[str, Any]:
+def _run_record(
+    params: Params, results: dict[int, ShardResult], out: Path, wall: float, workers: int, complete: bool
+) -> dict[str, Any]:
     """What this run measured about itself: metrics/collect.json (not part of the dataset)."""
     done = [results[k] for k in sorted(results)]
     shard_seconds = [r.seconds for r in done if r.written]
     shards = [
-        {"file": r.file, "sha256": _sha(r, out), "seconds": round(r.seconds, 3) if math.isfinite(r.seconds) else None, "reused": r.reused}
+        {
+            "file": r.file,
+            "sha256": _sha(r, out),
+            "seconds": round(r.seconds, 3) if math.isfinite(r.seconds) else None,
+            "reused": r.reused,
+        }
         for r in done
         if r.written
     ]
@@ -365,7 +416,9 @@ def _run_record(params: Params, results: dict[int, ShardResult], out: Path, wall
         "workers": workers,
         # the whole dataset's collection cost, including shards reused from earlier runs (a reused
         # shard no record knows makes it null): sum of per-shard seconds / workers
-        "wall_seconds_total": round(sum(shard_seconds) / workers, 2) if all(map(math.isfinite, shard_seconds)) else None,
+        "wall_seconds_total": round(sum(shard_seconds) / workers, 2)
+        if all(map(math.isfinite, shard_seconds))
+        else None,
         "retried_this_run": [d for r in done if not r.reused for d in r.retried],
         "shards": shards,
     }
@@ -396,7 +449,11 @@ def _manifest(params: Params, results: list[ShardResult], out: Path) -> dict[str
         "episodes_lost": len(lost),
         "lost": lost,
         "collect_key": data_key(params),
-        "shards": [{"file": r.file, "rows": r.rows, "episodes": r.episodes, "sha256": _sha(r, out)} for r in results if r.written],
+        "shards": [
+            {"file": r.file, "rows": r.rows, "episodes": r.episodes, "sha256": _sha(r, out)}
+            for r in results
+            if r.written
+        ],
         "columns": {name: {"unit": unit, "description": desc} for name, (_, unit, desc) in COLUMNS.items()},
         "params": data_params(params),  # not the worker count or the paths: the same data, the same bytes
     }

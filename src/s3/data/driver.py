@@ -22,7 +22,9 @@ NOISE_SPEED = 10.0  # m/s above which steering noise scales as 1/speed
 EVENTS = ("hard_brake", "steer_step", "power_on", "lift_off", "hold")
 
 
-def speed_profile(track: Track, s: np.ndarray, v_cap: float, a_lat: float, a_brake: float, mu: np.ndarray) -> np.ndarray:
+def speed_profile(
+    track: Track, s: np.ndarray, v_cap: float, a_lat: float, a_brake: float, mu: np.ndarray
+) -> np.ndarray:
     """Cornering-limited speed at arc lengths `s` (uniformly spaced, closed), then braking-limited backwards."""
     kappa = np.abs(track.curvature_at(s))
     v = np.minimum(v_cap, np.sqrt(a_lat * mu / np.maximum(kappa, 1e-6)))
@@ -47,14 +49,23 @@ class ExplorationDriver:
         dt: float,
         rng: np.random.Generator,
     ) -> None:
-        self.track, self.p, self.wheelbase, self.max_steer, self.dt, self.rng = track, params, wheelbase, max_steer, dt, rng
+        self.track, self.p, self.wheelbase, self.max_steer, self.dt, self.rng = (
+            track,
+            params,
+            wheelbase,
+            max_steer,
+            dt,
+            rng,
+        )
         self.v_cap = rng.uniform(*params.max_speed)
         self.a_lat = rng.uniform(*params.lateral_accel)
         knows_ice = rng.random() < params.knows_ice_prob
         self._ds = 2.0
         self._s_grid = np.arange(0.0, track.length, self._ds)
         centre = track.pose_at(self._s_grid)
-        mu = track.friction_at(np.stack(centre[:2], axis=-1)) if knows_ice else np.full(len(self._s_grid), track.base_mu)
+        mu = (
+            track.friction_at(np.stack(centre[:2], axis=-1)) if knows_ice else np.full(len(self._s_grid), track.base_mu)
+        )
         self._v_profile = speed_profile(track, self._s_grid, self.v_cap, self.a_lat, 0.5 * G, mu)
         # The line the car aims for: a smooth random wander across the track, a sum of a few sinusoids in s.
         k = rng.integers(1, 6, size=3) * 2 * math.pi / track.length
@@ -106,15 +117,23 @@ class ExplorationDriver:
         throttle = min(max(u, 0.0), max(0.15, traction))
         brake = min(max(-u, 0.0), 0.1 + 0.4 * traction)
 
-        steering, throttle, brake = self._apply_event(steering, throttle, brake, min(1.0, NOISE_SPEED / max(speed, 1.0)))
+        steering, throttle, brake = self._apply_event(
+            steering, throttle, brake, min(1.0, NOISE_SPEED / max(speed, 1.0))
+        )
         return Control(steering, throttle, brake)
 
-    def _apply_event(self, steering: float, throttle: float, brake: float, steer_scale: float) -> tuple[float, float, float]:
+    def _apply_event(
+        self, steering: float, throttle: float, brake: float, steer_scale: float
+    ) -> tuple[float, float, float]:
         """Override the inputs while an event lasts; steering events shrink with speed like the noise."""
         p = self.p
         if self._event is None and self.rng.random() < p.event_rate * self.dt:
             kind = EVENTS[self.rng.integers(len(EVENTS))]
-            self._event = (kind, self.rng.uniform(*p.event_duration), self.rng.uniform(0.3, 1.0) * self.rng.choice([-1, 1]))
+            self._event = (
+                kind,
+                self.rng.uniform(*p.event_duration),
+                self.rng.uniform(0.3, 1.0) * self.rng.choice([-1, 1]),
+            )
         if self._event is None:
             return steering, throttle, brake
         kind, left, mag = self._event

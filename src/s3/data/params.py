@@ -15,7 +15,9 @@ class DriverParams(BaseModel):
     lookahead_gain: float = Field(0.6, gt=0, le=3, description="pure-pursuit lookahead per m/s of speed (s)")
     lookahead_min: float = Field(5.0, gt=0, le=50, description="shortest lookahead (m)")
     max_speed: tuple[float, float] = Field((12.0, 35.0), description="per-episode speed cap range (m/s)")
-    lateral_accel: tuple[float, float] = Field((4.0, 10.0), description="per-episode cornering target range (m/s^2): above ~9 the car slides")
+    lateral_accel: tuple[float, float] = Field(
+        (4.0, 10.0), description="per-episode cornering target range (m/s^2): above ~9 the car slides"
+    )
     knows_ice_prob: float = Field(0.5, ge=0, le=1, description="chance the driver slows for ice patches")
     line_offset: float = Field(0.35, ge=0, le=1, description="racing-line wander as a fraction of half-width")
     steer_noise: float = Field(0.08, ge=0, le=1, description="std of the Ornstein-Uhlenbeck steering noise")
@@ -45,12 +47,18 @@ class CollectParams(BaseModel):
     episodes_per_shard: int = Field(25, ge=1, le=100_000)
     workers: int = Field(0, ge=0, le=256, description="simulator processes; 0 = one per core")
     n_tracks: int = Field(60, ge=1, le=100_000, description="size of the procedural track pool")
-    ice_episode_fraction: float = Field(0.6, ge=0, le=1, description="share of episodes run with their track's friction patches")
+    ice_episode_fraction: float = Field(
+        0.6, ge=0, le=1, description="share of episodes run with their track's friction patches"
+    )
     start_speed: tuple[float, float] = Field((0.0, 25.0), description="initial speed range (m/s)")
-    off_track_margin: float = Field(4.0, ge=0, le=100, description="episode ends once the car is this far outside the edge (m)")
+    off_track_margin: float = Field(
+        4.0, ge=0, le=100, description="episode ends once the car is this far outside the edge (m)"
+    )
     out_dir: str = "data/rollouts"
     plot_dir: str = "plots/collect"
-    tracks: ProceduralTrackParams = ProceduralTrackParams(patch_probability=1.0, patches_min=2, patches_max=6, patch_length_max=120.0)
+    tracks: ProceduralTrackParams = ProceduralTrackParams(
+        patch_probability=1.0, patches_min=2, patches_max=6, patch_length_max=120.0
+    )
     driver: DriverParams = DriverParams()
 
     @model_validator(mode="after")

@@ -48,5 +48,8 @@ SCHEMA_VERSION = 1
 
 def arrow_schema() -> pa.Schema:
     """The Parquet schema, with each column's unit and meaning in its field metadata."""
-    fields = [pa.field(name, typ, nullable=False, metadata={"unit": unit, "description": desc}) for name, (typ, unit, desc) in COLUMNS.items()]
+    fields = [
+        pa.field(name, typ, nullable=False, metadata={"unit": unit, "description": desc})
+        for name, (typ, unit, desc) in COLUMNS.items()
+    ]
     return pa.schema(fields, metadata={"s3_schema_version": str(SCHEMA_VERSION)})

@@ -113,7 +113,13 @@ class DynamicsModel(nn.Module):
 
     def config(self) -> dict[str, Any]:
         """JSON-able constructor arguments (stored beside the weights)."""
-        return {"history": self.history, "dt": self.dt, "use_mu": self.use_mu, "state_dim": self.state_dim, "action_dim": self.action_dim}
+        return {
+            "history": self.history,
+            "dt": self.dt,
+            "use_mu": self.use_mu,
+            "state_dim": self.state_dim,
+            "action_dim": self.action_dim,
+        }
 
     def forward_step(self, hs: Tensor, ha: Tensor, a: Tensor, mu: Tensor | None) -> Tensor:
         """[N, K, S], [N, K, A], [N, A], [N] | None -> next state [N, S]."""
@@ -123,7 +129,12 @@ class DynamicsModel(nn.Module):
     def step(self, history_states: Tensor, history_actions: Tensor, action: Tensor, mu: Tensor | None = None) -> Tensor:
         """Next body-frame state [N, S] one control period later (see the module docstring)."""
         n, k, s = history_states.shape
-        if k != self.history or s != self.state_dim or history_actions.shape != (n, k, self.action_dim) or action.shape != (n, self.action_dim):
+        if (
+            k != self.history
+            or s != self.state_dim
+            or history_actions.shape != (n, k, self.action_dim)
+            or action.shape != (n, self.action_dim)
+        ):
             raise ValueError(
                 f"{self.family}: expected history_states [N,{self.history},{self.state_dim}], history_actions [N,{self.history},{self.action_dim}], "
                 f"action [N,{self.action_dim}]; got {tuple(history_states.shape)}, {tuple(history_actions.shape)}, {tuple(action.shape)}"

@@ -30,7 +30,20 @@ from s3.dynamics.base import DynamicsModel
 if TYPE_CHECKING:
     from s3.dynamics.params import DistillParams
 
-FIT_NAMES = ("steer_decay", "steer_gain", "k_thr", "v_knee", "k_brake", "k_roll", "k_drag", "inv_wheelbase", "lr_eff", "ay_max", "wheelbase", "lr")
+FIT_NAMES = (
+    "steer_decay",
+    "steer_gain",
+    "k_thr",
+    "v_knee",
+    "k_brake",
+    "k_roll",
+    "k_drag",
+    "inv_wheelbase",
+    "lr_eff",
+    "ay_max",
+    "wheelbase",
+    "lr",
+)
 V_KNEE_GRID = np.arange(4.0, 60.0, 0.5)  # m/s, searched for the power limit's knee
 
 
@@ -63,7 +76,9 @@ def fit_longitudinal(vx0: np.ndarray, thr: np.ndarray, brk: np.ndarray, acc: np.
     return best[1], best[2]
 
 
-def fit_bicycle(s0: np.ndarray, a0: np.ndarray, s1: np.ndarray, dt: float, grip: np.ndarray | None = None) -> dict[str, float]:
+def fit_bicycle(
+    s0: np.ndarray, a0: np.ndarray, s1: np.ndarray, dt: float, grip: np.ndarray | None = None
+) -> dict[str, float]:
     """Least-squares fit on M consecutive pairs: s0, s1 [M, 4] states, a0 [M, 3] commands.
 
     `grip` [M] bool marks high-friction rows (mu_mean >= 0.5); when given, everything but the

@@ -35,7 +35,9 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, of another family or version, or inconsistent; names the file."""
 
 
-def save_checkpoint(model: DynamicsModel, folder: str | Path, params: Any = None, extra: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    model: DynamicsModel, folder: str | Path, params: Any = None, extra: dict[str, Any] | None = None
+) -> Path:
     """Write `folder`/model.safetensors then `folder`/model.json (both atomically); returns folder."""
     folder = Path(folder)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
@@ -74,9 +76,13 @@ def load_checkpoint(folder: str | Path, family: str | None = None, device: str |
     if family is not None and meta.get("family") != family:
         raise CheckpointError(f"{path}: holds a {meta.get('family')!r} model, expected {family!r}")
     if meta.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint format {meta.get('format_version')}, this s3 reads format {FORMAT_VERSION}")
+        raise CheckpointError(
+            f"{path}: checkpoint format {meta.get('format_version')}, this s3 reads format {FORMAT_VERSION}"
+        )
     if meta.get("schema_version") != SCHEMA_VERSION:
-        raise CheckpointError(f"{path}: trained on rollout schema {meta.get('schema_version')}, this s3 uses schema {SCHEMA_VERSION}")
+        raise CheckpointError(
+            f"{path}: trained on rollout schema {meta.get('schema_version')}, this s3 uses schema {SCHEMA_VERSION}"
+        )
     if meta.get("s3_version") != __version__:
         warnings.warn(f"{path}: written by s3 {meta.get('s3_version')}, loading with s3 {__version__}", stacklevel=2)
     wpath = folder / WEIGHTS
@@ -92,5 +98,7 @@ def load_checkpoint(folder: str | Path, family: str | None = None, device: str |
         model = build_model(meta["family"], meta["config"])
         model.load_state_dict(state, strict=True)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise CheckpointError(f"{wpath}: does not match the model described in {META} ({str(e).splitlines()[0][:160]})") from None
+        raise CheckpointError(
+            f"{wpath}: does not match the model described in {META} ({str(e).splitlines()[0][:160]})"
+        ) from None
     return model.to(device).eval()

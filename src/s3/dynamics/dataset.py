@@ -44,7 +44,11 @@ class RolloutArrays:
 
     @classmethod
     def from_frame(cls, df: pd.DataFrame, dt: float | None = None) -> RolloutArrays:
-        missing = [c for c in ["episode", "step", "time", "x", "y", "yaw", "mu_mean", *STATE_COLUMNS, *COMMAND_COLUMNS] if c not in df]
+        missing = [
+            c
+            for c in ["episode", "step", "time", "x", "y", "yaw", "mu_mean", *STATE_COLUMNS, *COMMAND_COLUMNS]
+            if c not in df
+        ]
         if missing:
             raise DatasetError(f"rollouts lack columns {missing}")
         df = df.sort_values(["episode", "step"], kind="stable")
@@ -156,8 +160,19 @@ class WindowTensors:
         p0 = self.pose[t[:, 0]]  # [B, 3] float64
         d = self.pose[fut] - p0[:, None]  # [B, H, 3]
         c, s = torch.cos(p0[:, 2])[:, None], torch.sin(p0[:, 2])[:, None]
-        rel = torch.stack([c * d[..., 0] + s * d[..., 1], -s * d[..., 0] + c * d[..., 1], torch.remainder(d[..., 2] + torch.pi, 2 * torch.pi) - torch.pi], -1)
-        rel[..., 2] = torch.cumsum(torch.remainder(torch.diff(rel[..., 2], dim=1, prepend=rel.new_zeros(len(t), 1)) + torch.pi, 2 * torch.pi) - torch.pi, 1)
+        rel = torch.stack(
+            [
+                c * d[..., 0] + s * d[..., 1],
+                -s * d[..., 0] + c * d[..., 1],
+                torch.remainder(d[..., 2] + torch.pi, 2 * torch.pi) - torch.pi,
+            ],
+            -1,
+        )
+        rel[..., 2] = torch.cumsum(
+            torch.remainder(torch.diff(rel[..., 2], dim=1, prepend=rel.new_zeros(len(t), 1)) + torch.pi, 2 * torch.pi)
+            - torch.pi,
+            1,
+        )
         return {
             "hist_states": self.states[t + self.off_hs],  # [B, K, S]
             "hist_actions": self.actions[t + self.off_ha],  # [B, K, A]
@@ -247,7 +262,9 @@ class RolloutDataModule(L.LightningDataModule):
             n = len(ds) if self.p.train_windows_per_epoch == 0 else min(len(ds), self.p.train_windows_per_epoch)
             g = torch.Generator().manual_seed(self.p.seed)
             sampler = RandomSampler(ds, replacement=False, num_samples=n, generator=g)
-        return DataLoader(ds, batch_size=self.p.batch_size, sampler=sampler, shuffle=False, collate_fn=_identity, num_workers=0)
+        return DataLoader(
+            ds, batch_size=self.p.batch_size, sampler=sampler, shuffle=False, collate_fn=_identity, num_workers=0
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_index, shuffle=True)

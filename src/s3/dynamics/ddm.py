@@ -52,7 +52,12 @@ class DDMModel(DynamicsModel):
     ) -> None:
         super().__init__(history, dt, use_mu, **kw)
         self.fit = dict(fit) if fit else None
-        self.sizes = {"gru_hidden": gru_hidden, "mlp_hidden": mlp_hidden, "substeps": substeps, "combined_slip": bool(combined_slip)}
+        self.sizes = {
+            "gru_hidden": gru_hidden,
+            "mlp_hidden": mlp_hidden,
+            "substeps": substeps,
+            "combined_slip": bool(combined_slip),
+        }
         in_dim = self.state_dim + self.action_dim + int(use_mu)
         self.gru = nn.GRU(in_dim, gru_hidden, batch_first=True)
         self.head = nn.Sequential(nn.Linear(gru_hidden, mlp_hidden), nn.Tanh(), nn.Linear(mlp_hidden, P))
@@ -67,8 +72,15 @@ class DDMModel(DynamicsModel):
 
     @classmethod
     def from_params(cls, params: DistillParams, dt: float, fit: dict[str, float]) -> DDMModel:
-        return cls(params.history, dt, params.use_friction_label, fit=fit, substeps=params.single_track_substeps,
-                   combined_slip=params.combined_slip, **params.ddm.model_dump())  # fmt: skip
+        return cls(
+            params.history,
+            dt,
+            params.use_friction_label,
+            fit=fit,
+            substeps=params.single_track_substeps,
+            combined_slip=params.combined_slip,
+            **params.ddm.model_dump(),
+        )
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "fit": self.fit, **self.sizes}
@@ -80,7 +92,12 @@ class DDMModel(DynamicsModel):
             return bound(self.head(self.gru(tokens)[1][0]), self.c_lo, self.c_hi)
         with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=self.inference_bf16):
             if tokens.device.type == "cpu":  # the same maths by cache-sized chunks of the batch
-                h = torch.cat([self._gru_last(tokens[i : i + INFERENCE_CHUNK]) for i in range(0, tokens.shape[0], INFERENCE_CHUNK)])
+                h = torch.cat(
+                    [
+                        self._gru_last(tokens[i : i + INFERENCE_CHUNK])
+                        for i in range(0, tokens.shape[0], INFERENCE_CHUNK)
+                    ]
+                )
                 lin1, _, lin2 = self.head
                 logits = lin2(fast_tanh(lin1(h)))
             else:

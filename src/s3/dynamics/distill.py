@@ -70,7 +70,9 @@ def _quiet_lightning(quiet: bool) -> Iterator[None]:
                 lg.setLevel(lv)
 
 
-def train_model(model: DynamicsModel, dm: RolloutDataModule, params: DistillParams, device: torch.device, folder: Path) -> dict[str, Any]:
+def train_model(
+    model: DynamicsModel, dm: RolloutDataModule, params: DistillParams, device: torch.device, folder: Path
+) -> dict[str, Any]:
     """Fit a learned family with Lightning; restores the best validation weights into `model`.
 
     On a non-finite loss, the last good (best validation) weights are written to `folder` and
@@ -124,7 +126,9 @@ def train_model(model: DynamicsModel, dm: RolloutDataModule, params: DistillPara
     }
 
 
-def _excerpts(data: RolloutArrays, test_eps: np.ndarray, plot_data: dict[str, Any], dt: float, n: int = 3) -> list[dict[str, Any]]:
+def _excerpts(
+    data: RolloutArrays, test_eps: np.ndarray, plot_data: dict[str, Any], dt: float, n: int = 3
+) -> list[dict[str, Any]]:
     """Up to n test-episode excerpts (a friction transition first) with world-frame predictions."""
     picks: list[tuple[int, str]] = []
     kinds = {}
@@ -157,7 +161,14 @@ def _excerpts(data: RolloutArrays, test_eps: np.ndarray, plot_data: dict[str, An
             rel = pred[j]
             world = np.stack([x0 + c * rel[:, 0] - s * rel[:, 1], y0 + s * rel[:, 0] + c * rel[:, 1]], 1)
             segs.append(np.vstack([[x0, y0], world]))
-        out.append({"title": f"episode {ep} ({kind}), {len(sel) * dt:.0f} s", "xy": data.pose[sel, :2], "ice": data.mu[sel] < ICE_MU, "segments": segs})
+        out.append(
+            {
+                "title": f"episode {ep} ({kind}), {len(sel) * dt:.0f} s",
+                "xy": data.pose[sel, :2],
+                "ice": data.mu[sel] < ICE_MU,
+                "segments": segs,
+            }
+        )
     return out
 
 
@@ -190,16 +201,23 @@ def distill(
     if family != "bicycle":
         train = train_model(model, dm, params, device, folder)
     split = {k: [int(e) for e in v] for k, v in dm.split.items()}
-    card = {k: v for k, v in train.items() if k not in ("val_history", "wall_s")}  # the wall clock is the run's: metrics/distill only
+    card = {
+        k: v for k, v in train.items() if k not in ("val_history", "wall_s")
+    }  # the wall clock is the run's: metrics/distill only
     save_checkpoint(model.cpu(), folder, params, extra={"train": json_safe(card), "split": split, "bicycle_fit": fit})
     model = model.to(device).eval()
-    metrics, plot_data = evaluate(model, dm.data, dm.split["test"], params.eval_stride, params.divergence_seconds, params.throughput_sizes)
+    metrics, plot_data = evaluate(
+        model, dm.data, dm.split["test"], params.eval_stride, params.divergence_seconds, params.throughput_sizes
+    )
     if hasattr(model, "describe") and family == "dytr":
         metrics["prior_coefficients"] = model.describe()
     elif family == "ddm":
         b = dm.tensors.gather(torch.from_numpy(dm.test_index[:1024]))
         metrics["mean_coefficients_test"] = model.describe(
-            b["hist_states"].to(device), b["hist_actions"].to(device), b["actions"][:, 0].to(device), b["mu"][:, 0].to(device)
+            b["hist_states"].to(device),
+            b["hist_actions"].to(device),
+            b["actions"][:, 0].to(device),
+            b["mu"][:, 0].to(device),
         )
     elif family == "bicycle":
         metrics["fit"] = fit
@@ -213,9 +231,15 @@ def distill(
     from s3.viz.distill_plots import plot_error_vs_horizon, plot_trajectories
 
     plot_trajectories(
-        plots_dir / f"{family}_trajectories.png", _excerpts(dm.data, dm.split["test"], plot_data, dm.dt), f"{family}: predicted (3 s open loop) vs true"
+        plots_dir / f"{family}_trajectories.png",
+        _excerpts(dm.data, dm.split["test"], plot_data, dm.dt),
+        f"{family}: predicted (3 s open loop) vs true",
     )
-    plot_error_vs_horizon(plots_dir / f"{family}_error_vs_horizon.png", {family: metrics["error_vs_horizon"]}, f"{family}: open-loop position error")
+    plot_error_vs_horizon(
+        plots_dir / f"{family}_error_vs_horizon.png",
+        {family: metrics["error_vs_horizon"]},
+        f"{family}: open-loop position error",
+    )
     return metrics
 
 

@@ -45,8 +45,14 @@ class DyTrModel(DynamicsModel):
     ) -> None:
         super().__init__(history, dt, use_mu, **kw)
         self.fit = dict(fit) if fit else None
-        self.sizes = {"d_model": d_model, "layers": layers, "heads": heads, "mlp_ratio": mlp_ratio, "substeps": substeps,
-                      "combined_slip": bool(combined_slip)}  # fmt: skip
+        self.sizes = {
+            "d_model": d_model,
+            "layers": layers,
+            "heads": heads,
+            "mlp_ratio": mlp_ratio,
+            "substeps": substeps,
+            "combined_slip": bool(combined_slip),
+        }
         lo, hi = coeff_bounds()
         self.register_buffer("c_lo", lo)
         self.register_buffer("c_hi", hi)
@@ -62,8 +68,15 @@ class DyTrModel(DynamicsModel):
 
     @classmethod
     def from_params(cls, params: DistillParams, dt: float, fit: dict[str, float]) -> DyTrModel:
-        return cls(params.history, dt, params.use_friction_label, fit=fit, substeps=params.single_track_substeps,
-                   combined_slip=params.combined_slip, **params.dytr.model_dump())  # fmt: skip
+        return cls(
+            params.history,
+            dt,
+            params.use_friction_label,
+            fit=fit,
+            substeps=params.single_track_substeps,
+            combined_slip=params.combined_slip,
+            **params.dytr.model_dump(),
+        )
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "fit": self.fit, **self.sizes}
@@ -77,7 +90,10 @@ class DyTrModel(DynamicsModel):
         prior = self.prior(s0, a, self.prior_coefficients(), mu)  # [N, S]
         prior_change = (prior - s0 - self.norm.delta_mean) / self.norm.delta_std
         z = self.net(
-            history_tokens(self, hs, ha, a, mu), extra_last=self.prior_embed(prior_change), bf16=self.inference_bf16, compiled=self.inference_compile
+            history_tokens(self, hs, ha, a, mu),
+            extra_last=self.prior_embed(prior_change),
+            bf16=self.inference_bf16,
+            compiled=self.inference_compile,
         )  # [N, D]
         return prior + self.head(z) * self.norm.delta_std
 

@@ -38,13 +38,17 @@ def _wrap(a: Tensor) -> Tensor:
 
 
 @torch.inference_mode()
-def rollout_errors(model: DynamicsModel, tensors: WindowTensors, index: np.ndarray, chunk: int = 4096) -> dict[str, np.ndarray]:
+def rollout_errors(
+    model: DynamicsModel, tensors: WindowTensors, index: np.ndarray, chunk: int = 4096
+) -> dict[str, np.ndarray]:
     """Open-loop errors [W, H] (position m, |yaw| rad, |speed| m/s) and one-step errors [W, S]."""
     device = next(iter(model.buffers())).device
     out: dict[str, list[np.ndarray]] = {"pos": [], "yaw": [], "speed": [], "one_step": [], "pred_xy": []}
     for i in range(0, len(index), chunk):
         b = _to(tensors.gather(torch.from_numpy(index[i : i + chunk])), device)
-        states, poses = model.rollout(b["hist_states"], b["hist_actions"], b["actions"], b["mu"] if model.use_mu else None)
+        states, poses = model.rollout(
+            b["hist_states"], b["hist_actions"], b["actions"], b["mu"] if model.use_mu else None
+        )
         true = b["poses"]
         out["pos"].append((poses[..., :2] - true[..., :2]).norm(dim=-1).cpu().numpy())
         out["yaw"].append(_wrap(poses[..., 2] - true[..., 2]).abs().cpu().numpy())
@@ -79,7 +83,9 @@ def horizon_summary(err: dict[str, np.ndarray], dt: float) -> dict[str, float | 
 
 
 @torch.inference_mode()
-def divergence_rate(model: DynamicsModel, data: RolloutArrays, episodes: np.ndarray, history: int, steps: int, stride: int) -> dict[str, Any]:
+def divergence_rate(
+    model: DynamicsModel, data: RolloutArrays, episodes: np.ndarray, history: int, steps: int, stride: int
+) -> dict[str, Any]:
     """Share of `steps`-long open-loop rollouts (commands past an episode's end held) that blow up."""
     device = next(iter(model.buffers())).device
     idx = data.windows(episodes, history, 0, stride=stride)
@@ -102,7 +108,9 @@ def divergence_rate(model: DynamicsModel, data: RolloutArrays, episodes: np.ndar
 
 
 @torch.inference_mode()
-def throughput(model: DynamicsModel, data: RolloutArrays, index: np.ndarray, sizes: list[int], min_seconds: float = 0.3) -> dict[str, float]:
+def throughput(
+    model: DynamicsModel, data: RolloutArrays, index: np.ndarray, sizes: list[int], min_seconds: float = 0.3
+) -> dict[str, float]:
     """Batched model steps per second (N x calls / s) at each N, on the model's device."""
     device = next(iter(model.buffers())).device
     tensors = WindowTensors(data, model.history, 1)
@@ -163,7 +171,9 @@ def evaluate(
         sub = {key: v[m] for key, v in err.items()}
         rollout[split] = {"windows": int(m.sum()), **horizon_summary(sub, data.dt)}
         curves[split] = sub["pos"].mean(0).tolist() if m.any() else None
-    floor = horizon_summary({"pos": pose_floor(tensors, index, data.dt), "yaw": err["yaw"] * 0, "speed": err["speed"] * 0}, data.dt)
+    floor = horizon_summary(
+        {"pos": pose_floor(tensors, index, data.dt), "yaw": err["yaw"] * 0, "speed": err["speed"] * 0}, data.dt
+    )
     metrics = {
         "family": model.family,
         "dt": data.dt,
@@ -174,7 +184,14 @@ def evaluate(
         "one_step_rmse": dict(zip(STATE_NAMES, np.sqrt((one_err.astype(np.float64) ** 2).mean(0)).tolist())),
         "rollout": rollout,
         "error_vs_horizon": curves,
-        "divergence": divergence_rate(model, data, test_episodes, k, int(round(divergence_seconds / data.dt)), stride=max(1, int(round(2.0 / data.dt)))),
+        "divergence": divergence_rate(
+            model,
+            data,
+            test_episodes,
+            k,
+            int(round(divergence_seconds / data.dt)),
+            stride=max(1, int(round(2.0 / data.dt))),
+        ),
         "throughput_steps_per_s": throughput(model, data, one, throughput_sizes or [1, 256, 4096]),
         "device": str(next(iter(model.buffers())).device),
         "pose_integration_floor": {key: v for key, v in floor.items() if key.startswith(("ade", "fde"))},

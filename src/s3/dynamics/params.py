@@ -70,13 +70,18 @@ class DistillParams(_Section):
     weight_decay: float = Field(1e-4, ge=0.0, le=1.0)
     grad_clip: float = Field(1.0, gt=0.0)
     patience: int = Field(5, ge=1, le=1000, description="early stopping: validations without improvement")
-    max_minutes: float = Field(15.0, gt=0.0, description="safety cap on one family's training wall time (the result then depends on the machine)")
+    max_minutes: float = Field(
+        15.0,
+        gt=0.0,
+        description="safety cap on one family's training wall time (the result then depends on the machine)",
+    )
     transformer: TransformerParams = TransformerParams()
     ddm: DdmParams = DdmParams()
     dytr: DytrParams = DytrParams()
     single_track_substeps: int = Field(2, ge=1, le=50, description="RK4 substeps per control period")
     combined_slip: bool = Field(
-        False, description="friction ellipse per axle in the single-track physics of ddm and dytr (drive and brake use up lateral grip)"
+        False,
+        description="friction ellipse per axle in the single-track physics of ddm and dytr (drive and brake use up lateral grip)",
     )
     loss: LossWeights = LossWeights()
     eval_stride: int = Field(5, ge=1, description="steps between open-loop test rollout starts")

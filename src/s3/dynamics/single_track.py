@@ -115,7 +115,10 @@ class SingleTrack(nn.Module):
         self.combined_slip = bool(combined_slip)
         self.v_lo, self.v_hi = float(v_blend[0]), float(v_blend[1])
         init = torch.tensor([wheelbase, lr / wheelbase])
-        lo, hi = torch.tensor([WHEELBASE_RANGE[0], LR_FRAC_RANGE[0]]), torch.tensor([WHEELBASE_RANGE[1], LR_FRAC_RANGE[1]])
+        lo, hi = (
+            torch.tensor([WHEELBASE_RANGE[0], LR_FRAC_RANGE[0]]),
+            torch.tensor([WHEELBASE_RANGE[1], LR_FRAC_RANGE[1]]),
+        )
         self.register_buffer("geom_lo", lo)
         self.register_buffer("geom_hi", hi)
         self.geom_logits = nn.Parameter(unbound(init, lo, hi))
@@ -134,18 +137,33 @@ class SingleTrack(nn.Module):
         """What `_derivs` needs that does not change within a control period (each [N] or [])."""
         steer_cmd, thr, brk = a.unbind(1)
         # [P, N] rows (contiguous, so the elementwise ops below vectorise) or P scalars for [P]
-        bf, cf, df, ef, br, cr, dr_, er, cm1, cm2, cr0, cr2, cb, iz, sg, st = c.unbind(0) if c.dim() == 1 else c.t().contiguous().unbind(0)
+        bf, cf, df, ef, br, cr, dr_, er, cm1, cm2, cr0, cr2, cb, iz, sg, st = (
+            c.unbind(0) if c.dim() == 1 else c.t().contiguous().unbind(0)
+        )
         wb = lf + lr
         return {
-            "lf": lf, "lr": lr, "wb": wb, "bf": bf, "cf": cf, "ef": ef, "br": br, "cr": cr, "er": er,
-            "cm1": cm1, "cm2": cm2, "cr0": cr0, "cr2": cr2, "st": st, "thr": thr,
+            "lf": lf,
+            "lr": lr,
+            "wb": wb,
+            "bf": bf,
+            "cf": cf,
+            "ef": ef,
+            "br": br,
+            "cr": cr,
+            "er": er,
+            "cm1": cm1,
+            "cm2": cm2,
+            "cr0": cr0,
+            "cr2": cr2,
+            "st": st,
+            "thr": thr,
             "kf": df * mu * (G * lr / wb),  # front tyre peak [m/s^2]
             "kr": dr_ * mu * (G * lf / wb),
             "amax": (mu * G * (df * lr + dr_ * lf) / wb).clamp(min=0.05),
             "brake": cb * brk,
             "iz": iz * lf * lr,
             "steer": sg * steer_cmd,
-        }  # fmt: skip
+        }
 
     def _derivs(self, x: tuple[Tensor, ...], k: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The state derivative, component by component: x = (vx, vy, r, d) each [N]."""

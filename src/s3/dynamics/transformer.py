@@ -117,7 +117,9 @@ class CausalTransformer(nn.Module):
             x = blk(x, last_only=i == len(self.blocks) - 1)
         return self.ln_f(x[:, -1])  # [N, D]
 
-    def forward(self, tokens: Tensor, extra_last: Tensor | None = None, bf16: bool = False, compiled: bool = False) -> Tensor:
+    def forward(
+        self, tokens: Tensor, extra_last: Tensor | None = None, bf16: bool = False, compiled: bool = False
+    ) -> Tensor:
         """tokens [N, T, F]; extra_last [N, D] is added to the last token's embedding.
 
         Inference only (no autograd): bf16 runs under bfloat16 autocast; compiled runs the chunks
@@ -130,7 +132,9 @@ class CausalTransformer(nn.Module):
         except Exception as e:  # a missing C++ compiler or an inductor bug must not stop an env
             if not compiled:
                 raise
-            warnings.warn(f"torch.compile of the transformer failed ({type(e).__name__}: {e}); running eager", stacklevel=2)
+            warnings.warn(
+                f"torch.compile of the transformer failed ({type(e).__name__}: {e}); running eager", stacklevel=2
+            )
             self._compiled = self._forward
             return self._inference(tokens, extra_last, bf16, compiled)
 
@@ -159,7 +163,17 @@ class TransformerModel(DynamicsModel):
 
     family = "transformer"
 
-    def __init__(self, history: int, dt: float, use_mu: bool, d_model: int = 64, layers: int = 2, heads: int = 4, mlp_ratio: int = 2, **kw: Any) -> None:
+    def __init__(
+        self,
+        history: int,
+        dt: float,
+        use_mu: bool,
+        d_model: int = 64,
+        layers: int = 2,
+        heads: int = 4,
+        mlp_ratio: int = 2,
+        **kw: Any,
+    ) -> None:
         super().__init__(history, dt, use_mu, **kw)
         self.sizes = {"d_model": d_model, "layers": layers, "heads": heads, "mlp_ratio": mlp_ratio}
         in_dim = self.state_dim + self.action_dim + int(use_mu)
@@ -176,5 +190,7 @@ class TransformerModel(DynamicsModel):
         return {**super().config(), **self.sizes}
 
     def forward_step(self, hs: Tensor, ha: Tensor, a: Tensor, mu: Tensor | None) -> Tensor:
-        z = self.head(self.net(history_tokens(self, hs, ha, a, mu), bf16=self.inference_bf16, compiled=self.inference_compile))  # [N, S] normalised change
+        z = self.head(
+            self.net(history_tokens(self, hs, ha, a, mu), bf16=self.inference_bf16, compiled=self.inference_compile)
+        )  # [N, S] normalised change
         return hs[:, -1] + z * self.norm.delta_std + self.norm.delta_mean

@@ -60,7 +60,9 @@ class Driver(Protocol):
         ...
 
 
-DriverFactory = Callable[[SourceSim], Driver]  # one driver per simulator (wheelbase, dt, ...); picklable for jobs in workers
+DriverFactory = Callable[
+    [SourceSim], Driver
+]  # one driver per simulator (wheelbase, dt, ...); picklable for jobs in workers
 
 
 def speed_profile(
@@ -101,7 +103,11 @@ class PidDriver:
         self.wheelbase = float(wheelbase)
         self.max_steer = float(max_steer)
         self.dt = float(dt)
-        self._slip = SlipControl(DriverAidsParams(traction_control=params.traction_control, abs=params.traction_control, slip_limit=params.slip_limit))
+        self._slip = SlipControl(
+            DriverAidsParams(
+                traction_control=params.traction_control, abs=params.traction_control, slip_limit=params.slip_limit
+            )
+        )
         self._profiles: dict[int, tuple[Track, np.ndarray]] = {}
         self.track: Track | None = None
         self._v: np.ndarray = np.zeros(1)
@@ -131,7 +137,9 @@ class PidDriver:
     def _profile(self, track: Track) -> np.ndarray:
         n = max(8, int(round(track.length / PROFILE_DS)))
         s = np.arange(n) * (track.length / n)
-        if self.p.assume_mu is not None:  # one assumed friction everywhere (the `cautious` baseline): the map's ice is ignored
+        if (
+            self.p.assume_mu is not None
+        ):  # one assumed friction everywhere (the `cautious` baseline): the map's ice is ignored
             return speed_profile(track, self.p, s, np.full(n, self.p.assume_mu))
         mu = np.full(n, track.base_mu)
         if self.p.knows_ice and track.patches:

@@ -59,7 +59,9 @@ def track_name(spec: str) -> str:
     return evaluation_track(spec, "nominal").name
 
 
-def evaluation_run(sim_json: str, ep_json: str, factory: DriverFactory, spec: str, cond: str, i: int) -> tuple[dict[str, Any], RunResult, dict[str, Any]]:
+def evaluation_run(
+    sim_json: str, ep_json: str, factory: DriverFactory, spec: str, cond: str, i: int
+) -> tuple[dict[str, Any], RunResult, dict[str, Any]]:
     """One run (an executor job): (its row of metrics, the run, the simulator's description).
 
     A lost connection drops this process's simulator and raises SimulatorLost (the job is retried).
@@ -71,20 +73,52 @@ def evaluation_run(sim_json: str, ep_json: str, factory: DriverFactory, spec: st
     track = evaluation_track(spec, cond)  # type: ignore[arg-type]
     frac = ep.start_fractions[i]
     t0 = time.perf_counter()
-    r = run_lap(sim, track, factory(sim), start_s=frac * track.length, start_speed=ep.start_speed, max_seconds=ep.max_lap_seconds, judge=ep.judge)
+    r = run_lap(
+        sim,
+        track,
+        factory(sim),
+        start_s=frac * track.length,
+        start_speed=ep.start_speed,
+        max_seconds=ep.max_lap_seconds,
+        judge=ep.judge,
+    )
     if r.lost:
         drop_worker_sim()
         raise SimulatorLost(r.error or "simulator lost")
     labelled = list(ice_patches(spec)) if cond == "ice" else []
-    m = run_metrics(r.trajectory, track, r.completed, r.lap_time, r.progress, sim.control_dt, ep.off_track_tolerance, labelled)
+    m = run_metrics(
+        r.trajectory, track, r.completed, r.lap_time, r.progress, sim.control_dt, ep.off_track_tolerance, labelled
+    )
     patches = m.pop("patches")
     attempted = [p for p in patches if p["attempted"]]
-    row = {"track": track_name(spec), "condition": cond, "start_index": i, "start_fraction": frac, "start_s": r.start_s, "reason": r.reason,
-           "steps": r.steps, "error": r.error, "wall_s": round(time.perf_counter() - t0, 3), **m,
-           "patches_attempted": len(attempted), "patches_crossed": sum(bool(p["crossed_on_track"]) for p in attempted),
-           "patch_crossing_rate": sum(bool(p["crossed_on_track"]) for p in attempted) / len(attempted) if attempted else None}  # fmt: skip
+    row = {
+        "track": track_name(spec),
+        "condition": cond,
+        "start_index": i,
+        "start_fraction": frac,
+        "start_s": r.start_s,
+        "reason": r.reason,
+        "steps": r.steps,
+        "error": r.error,
+        "wall_s": round(time.perf_counter() - t0, 3),
+        **m,
+        "patches_attempted": len(attempted),
+        "patches_crossed": sum(bool(p["crossed_on_track"]) for p in attempted),
+        "patch_crossing_rate": sum(bool(p["crossed_on_track"]) for p in attempted) / len(attempted)
+        if attempted
+        else None,
+    }
     aids = sim_params.aids()
-    return row, r, {"name": sim.name, "version": sim.version, "control_dt": sim.control_dt, "driver_aids": aids.model_dump() if aids is not None else None}
+    return (
+        row,
+        r,
+        {
+            "name": sim.name,
+            "version": sim.version,
+            "control_dt": sim.control_dt,
+            "driver_aids": aids.model_dump() if aids is not None else None,
+        },
+    )
 
 
 def _seeded(drivers: Drivers) -> list[tuple[int, DriverFactory]]:
@@ -107,14 +141,29 @@ def evaluate_driver(
     ep = eval_params_of(params, eval_params)
     t_start = time.perf_counter()
     seeded = _seeded(drivers)
-    runs = [(seed, spec, cond, i) for seed, _ in seeded for spec in ep.tracks for cond in ep.conditions for i in range(len(ep.start_fractions))]
+    runs = [
+        (seed, spec, cond, i)
+        for seed, _ in seeded
+        for spec in ep.tracks
+        for cond in ep.conditions
+        for i in range(len(ep.start_fractions))
+    ]
     sims = instances(params.sim)  # one BeamNG instance is one world: one worker per instance
     compute = getattr(params, "compute", None)
-    executor = executor_for(compute, "evaluate", len(sims) or ep.workers, PRELOAD, f"evaluate {name}", sims, progress=True)
-    ship = (lambda f: f) if executor.shared_fs else (lambda f: f.shipped() if hasattr(f, "shipped") else f)  # a policy's files travel with it
+    executor = executor_for(
+        compute, "evaluate", len(sims) or ep.workers, PRELOAD, f"evaluate {name}", sims, progress=True
+    )
+    ship = (
+        (lambda f: f) if executor.shared_fs else (lambda f: f.shipped() if hasattr(f, "shipped") else f)
+    )  # a policy's files travel with it
     factory_of = {seed: ship(f) for seed, f in seeded}
     sim_json, ep_json = params.sim.model_dump_json(), ep.model_dump_json()
-    jobs = [Job(f"seed {seed} {spec} {cond} start {i}", evaluation_run, (sim_json, ep_json, factory_of[seed], spec, cond, i)) for seed, spec, cond, i in runs]
+    jobs = [
+        Job(
+            f"seed {seed} {spec} {cond} start {i}", evaluation_run, (sim_json, ep_json, factory_of[seed], spec, cond, i)
+        )
+        for seed, spec, cond, i in runs
+    ]
     try:
         outcomes = executor.run(jobs)
     finally:
@@ -137,12 +186,18 @@ def evaluate_driver(
     fail_at = compute.fail_at_lost_share if compute is not None else 1.0
     check_lost(f"evaluate {name}", len(lost), len(runs), fail_at, lost[0]["error"] if lost else None, "the log above")
     if lost:
-        print(f"evaluate: {len(lost)} run(s) lost to the simulator connection, left out of the metrics (see {out_json})", file=sys.stderr, flush=True)
+        print(
+            f"evaluate: {len(lost)} run(s) lost to the simulator connection, left out of the metrics (see {out_json})",
+            file=sys.stderr,
+            flush=True,
+        )
     plots = _plots(name, kept, ep, Path(plots_dir)) if plots_dir is not None else []
     out = {
         "driver": name,
         "simulator": info,
-        "suite": {n: {"spec": spec, **circuit_stats(evaluation_track(spec, "nominal"))} for n, spec in zip(names, ep.tracks)},
+        "suite": {
+            n: {"spec": spec, **circuit_stats(evaluation_track(spec, "nominal"))} for n, spec in zip(names, ep.tracks)
+        },
         "seeds": [seed for seed, _ in seeded],
         "params": ep.model_dump(mode="json"),
         "summary": summarise(rows, names, ep.conditions),
@@ -168,10 +223,18 @@ def _plots(name: str, kept: list[tuple[dict[str, Any], RunResult]], ep: Evaluate
             if not pairs:
                 continue
             done = sum(row["completed"] for row, _ in pairs)
-            fig = track_figure(track, [r.trajectory for _, r in pairs], f"{name} on {track.name}: {done}/{len(pairs)} laps completed (all seeds)")
+            fig = track_figure(
+                track,
+                [r.trajectory for _, r in pairs],
+                f"{name} on {track.name}: {done}/{len(pairs)} laps completed (all seeds)",
+            )
             written.append(str(save_figure(fig, folder / f"{name}_{track.name}_track.png")))
             first = min(row["seed"] for row, _ in pairs)
-            traces = {f"start {row['start_fraction']:.2f} ({row['reason']})": r.trajectory for row, r in pairs if row["seed"] == first}
+            traces = {
+                f"start {row['start_fraction']:.2f} ({row['reason']})": r.trajectory
+                for row, r in pairs
+                if row["seed"] == first
+            }
             fig = traces_figure(traces, track, f"{name}, {track.name}: speed and steering (seed {first})")
             written.append(str(save_figure(fig, folder / f"{name}_{track.name}_traces.png")))
     if ep.gif and kept:
@@ -179,19 +242,37 @@ def _plots(name: str, kept: list[tuple[dict[str, Any], RunResult]], ep: Evaluate
         track = evaluation_track(ep.tracks[0], row["condition"])  # type: ignore[arg-type]
         lt = f"{row['lap_time_s']:.1f} s" if row["completed"] else row["reason"]
         title = f"{name}, {track.name}, seed {row['seed']}, start {row['start_fraction']:.2f}: {lt}"
-        written.append(str(lap_gif(track, r.trajectory, folder / f"{name}_{track.name}_lap.gif", title, ep.gif_frame_seconds, ep.gif_fps)))
+        written.append(
+            str(
+                lap_gif(
+                    track,
+                    r.trajectory,
+                    folder / f"{name}_{track.name}_lap.gif",
+                    title,
+                    ep.gif_frame_seconds,
+                    ep.gif_fps,
+                )
+            )
+        )
     return written
 
 
 BASELINES: dict[str, Any] = {
     "pid": lambda ep: PidFactory(ep.pid),  # as configured (default: slows for the map's known ice)
     "pid_blind": lambda ep: PidFactory(ep.pid.model_copy(update={"knows_ice": False})),  # no surface knowledge
-    "pid_cautious": lambda ep: PidFactory(cautious(ep.pid)),  # blind, planned for the lowest training friction everywhere
+    "pid_cautious": lambda ep: PidFactory(
+        cautious(ep.pid)
+    ),  # blind, planned for the lowest training friction everywhere
 }
 
 
-def evaluate_baseline(name: str, params: Any, out_json: str | Path, plots_dir: str | Path | None,
-                      eval_params: EvaluateParams | None = None) -> dict[str, Any]:  # fmt: skip
+def evaluate_baseline(
+    name: str,
+    params: Any,
+    out_json: str | Path,
+    plots_dir: str | Path | None,
+    eval_params: EvaluateParams | None = None,
+) -> dict[str, Any]:
     """Evaluate a registered no-learning baseline (`pid`) the same way as any policy."""
     if name not in BASELINES:
         raise ValueError(f"unknown baseline {name!r}; known: {', '.join(BASELINES)}")

@@ -71,16 +71,32 @@ def holdout(
     sim = make_sim(params.sim)
     try:
         driver = PidDriver.for_sim(sim, params.evaluate.pid)
-        pid_runs = [run_lap(sim, tracks[i], driver, float(si), start_speed=START_SPEED, max_seconds=float(lim)) for i, si, lim in zip(ti, s, limit)]
+        pid_runs = [
+            run_lap(sim, tracks[i], driver, float(si), start_speed=START_SPEED, max_seconds=float(lim))
+            for i, si, lim in zip(ti, s, limit)
+        ]
     finally:
         sim.close()
     pid_lap = np.array([r.lap_time if r.completed else np.nan for r in pid_runs])
-    rows = {"pid": _row(pid_lap, np.array([min(r.progress / r.lap_length, 1.0) for r in pid_runs]), [r.reason for r in pid_runs])}
+    rows = {
+        "pid": _row(
+            pid_lap, np.array([min(r.progress / r.lap_length, 1.0) for r in pid_runs]), [r.reason for r in pid_runs]
+        )
+    }
     for name, (policy, env_params) in policies.items():
         with SourceVecEnv(
-            tracks, params.sim, env_params, num_envs=len(ti), workers=workers, auto_reset=False, aids=aids, compute=getattr(params, "compute", None)
+            tracks,
+            params.sim,
+            env_params,
+            num_envs=len(ti),
+            workers=workers,
+            auto_reset=False,
+            aids=aids,
+            compute=getattr(params, "compute", None),
         ) as env:
-            obs = env.reset_to(torch.as_tensor(ti), torch.as_tensor(s, dtype=torch.float32), speed=START_SPEED)["policy"]
+            obs = env.reset_to(torch.as_tensor(ti), torch.as_tensor(s, dtype=torch.float32), speed=START_SPEED)[
+                "policy"
+            ]
             b = source_episodes(env, policy, obs, torch.as_tensor(np.ceil(limit / env.dt)).long())
         lap = np.where(b.completed, b.lap_time, np.nan)
         row = _row(lap, b.completion, b.reason)

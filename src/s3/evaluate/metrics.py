@@ -118,8 +118,15 @@ def patch_crossing(
     entry = start + k * length
     if entry - a[0] >= length:
         entry -= length
-    out: dict[str, Any] = {"attempted": False, "crossed": False, "crossed_on_track": False, "entry_speed": None,
-                           "exit_speed": None, "peak_sideslip": None, "touched_patch_mu": False}  # fmt: skip
+    out: dict[str, Any] = {
+        "attempted": False,
+        "crossed": False,
+        "crossed_on_track": False,
+        "entry_speed": None,
+        "exit_speed": None,
+        "peak_sideslip": None,
+        "touched_patch_mu": False,
+    }
     reached = np.nonzero(a >= entry)[0]
     if len(reached) == 0:
         return out
@@ -172,9 +179,16 @@ def run_metrics(
     if patches is None:
         patches = [(f"patch {k}", p) for k, p in enumerate(track.patches)]
     if len(traj.get("t", ())) == 0:
-        return {"completed": False, "lap_time_s": None, "distance_m": 0.0, "completion_fraction": 0.0, "duration_s": 0.0,
-                **{k: None for k in RUN_SCALARS if k not in ("lap_time_s", "distance_m", "completion_fraction")},
-                "max_speed_mps": None, "patches": []}  # fmt: skip
+        return {
+            "completed": False,
+            "lap_time_s": None,
+            "distance_m": 0.0,
+            "completion_fraction": 0.0,
+            "duration_s": 0.0,
+            **{k: None for k in RUN_SCALARS if k not in ("lap_time_s", "distance_m", "completion_fraction")},
+            "max_speed_mps": None,
+            "patches": [],
+        }
     tj = _complete_traj(traj, track)
     beyond = beyond_edge(tj["d"], tj["w_left"], tj["w_right"])
     off = beyond > tolerance
@@ -198,7 +212,9 @@ def run_metrics(
         "mean_abs_steering_jerk": jerk,
         "pedal_switches": pedal_switches(tj["throttle_cmd"][1:], tj["brake_cmd"][1:]),
         "max_abs_sideslip_rad": float(np.abs(tj["sideslip"]).max()),
-        "mean_abs_lateral_jerk": float(np.abs(lateral_jerk(tj["vx"], tj["vy"], tj["yaw_rate"], dt)).mean()) if "yaw_rate" in tj and len(t) >= 3 else None,
+        "mean_abs_lateral_jerk": float(np.abs(lateral_jerk(tj["vx"], tj["vy"], tj["yaw_rate"], dt)).mean())
+        if "yaw_rate" in tj and len(t) >= 3
+        else None,
         "min_edge_margin_m": float(edge_margin(tj["d"], tj["w_left"], tj["w_right"]).min()),
         "patches": [{"label": label, **patch_crossing(tj, p, track.length, off, completed)} for label, p in patches],
     }
@@ -221,10 +237,21 @@ def mean_ci(values: Iterable[float | None], confidence: float = 0.95) -> dict[st
 
 
 RUN_SCALARS = (
-    "lap_time_s", "distance_m", "completion_fraction", "mean_speed_mps", "off_track_events", "time_off_track_s",
-    "mean_abs_lateral_error_m", "max_abs_lateral_error_m", "mean_abs_steering_rate", "mean_abs_steering_jerk",
-    "pedal_switches", "max_abs_sideslip_rad", "mean_abs_lateral_jerk", "min_edge_margin_m",
-)  # fmt: skip
+    "lap_time_s",
+    "distance_m",
+    "completion_fraction",
+    "mean_speed_mps",
+    "off_track_events",
+    "time_off_track_s",
+    "mean_abs_lateral_error_m",
+    "max_abs_lateral_error_m",
+    "mean_abs_steering_rate",
+    "mean_abs_steering_jerk",
+    "pedal_switches",
+    "max_abs_sideslip_rad",
+    "mean_abs_lateral_jerk",
+    "min_edge_margin_m",
+)
 
 
 def aggregate(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:

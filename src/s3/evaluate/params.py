@@ -27,10 +27,18 @@ class PidParams(_Section):
 
     lookahead_min: float = Field(6.0, gt=0.0, le=50.0, description="shortest pure-pursuit lookahead (m)")
     lookahead_gain: float = Field(0.45, ge=0.0, le=3.0, description="extra lookahead per m/s of speed (s)")
-    yaw_gain: float = Field(0.3, ge=0.0, le=5.0, description="extra road-wheel angle (rad) per rad/s of yaw-rate error vs the pursuit arc")
-    lateral_accel: float = Field(8.0, gt=0.5, le=15.0, description="cornering limit of the speed profile at mu = 1 (m/s^2)")
-    brake_accel: float = Field(6.0, gt=0.5, le=15.0, description="deceleration assumed in braking zones at mu = 1 (m/s^2)")
-    drive_accel: float = Field(4.0, gt=0.1, le=15.0, description="acceleration assumed out of corners at mu = 1 (m/s^2)")
+    yaw_gain: float = Field(
+        0.3, ge=0.0, le=5.0, description="extra road-wheel angle (rad) per rad/s of yaw-rate error vs the pursuit arc"
+    )
+    lateral_accel: float = Field(
+        8.0, gt=0.5, le=15.0, description="cornering limit of the speed profile at mu = 1 (m/s^2)"
+    )
+    brake_accel: float = Field(
+        6.0, gt=0.5, le=15.0, description="deceleration assumed in braking zones at mu = 1 (m/s^2)"
+    )
+    drive_accel: float = Field(
+        4.0, gt=0.1, le=15.0, description="acceleration assumed out of corners at mu = 1 (m/s^2)"
+    )
     max_speed: float = Field(45.0, gt=1.0, le=100.0, description="speed cap (m/s)")
     curvature_window: float = Field(6.0, ge=0.0, le=50.0, description="half window (m) of the max-|curvature| filter")
     preview_time: float = Field(0.6, ge=0.0, le=5.0, description="the speed target is read this far ahead (s)")
@@ -41,9 +49,18 @@ class PidParams(_Section):
     integral_limit: float = Field(5.0, ge=0.0, le=100.0, description="anti-windup clamp of the integral term (m)")
     pedal_deadband: float = Field(0.03, ge=0.0, le=0.5, description="|u| below this coasts (no throttle/brake chatter)")
     knows_ice: bool = Field(True, description="the speed profile slows for known friction patches (the map's mu)")
-    ice_margin: float = Field(2.5, ge=0.0, le=10.0, description="lateral half band (m) around the centerline scanned for patches")
-    assume_mu: float | None = Field(None, gt=0.0, le=1.0, description="if set: the profile's friction everywhere (accelerations times it; map ice ignored)")
-    traction_control: bool = Field(True, description="its own traction control and ABS (s3.sim.aids), when the car has none")
+    ice_margin: float = Field(
+        2.5, ge=0.0, le=10.0, description="lateral half band (m) around the centerline scanned for patches"
+    )
+    assume_mu: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="if set: the profile's friction everywhere (accelerations times it; map ice ignored)",
+    )
+    traction_control: bool = Field(
+        True, description="its own traction control and ABS (s3.sim.aids), when the car has none"
+    )
     slip_limit: float = Field(0.12, gt=0.0, le=1.0, description="allowed longitudinal wheel slip ratio")
 
 
@@ -60,11 +77,20 @@ class EvaluateParams(_Section):
         default_factory=lambda: [0.0, 0.25, 0.5, 0.75],
         description="start positions as fractions of the lap length (arc length from the start line)",
     )
-    start_speed: float = Field(5.0, ge=0.0, le=40.0, description="initial forward speed (m/s), on the centerline along the road")
-    workers: int = Field(0, ge=0, le=256, description="runs at once, one simulator process each; 0 = one per core (BeamNG: always 1)")
+    start_speed: float = Field(
+        5.0, ge=0.0, le=40.0, description="initial forward speed (m/s), on the centerline along the road"
+    )
+    workers: int = Field(
+        0, ge=0, le=256, description="runs at once, one simulator process each; 0 = one per core (BeamNG: always 1)"
+    )
     max_lap_seconds: float = Field(600.0, gt=1.0, le=7200.0, description="a lap not finished by then is a time-out")
-    off_track_tolerance: float = Field(0.0, ge=-3.0, le=10.0, description="car centre this far beyond the road edge (m) still counts as on track")
-    judge: JudgeParams = Field(default_factory=JudgeParams, description="when a run ends, in the source and inside a distilled model alike (s3.task.rules)")
+    off_track_tolerance: float = Field(
+        0.0, ge=-3.0, le=10.0, description="car centre this far beyond the road edge (m) still counts as on track"
+    )
+    judge: JudgeParams = Field(
+        default_factory=JudgeParams,
+        description="when a run ends, in the source and inside a distilled model alike (s3.task.rules)",
+    )
     out_dir: str = "metrics/eval"
     plot_dir: str = "plots/eval"
     gif: bool = Field(False, description="write a top-down animation of one lap (slow: off by default)")
@@ -86,7 +112,9 @@ class EvaluateParams(_Section):
 
         for spec in self.tracks:
             if spec not in BUILTIN and not spec.endswith(".csv"):
-                raise ValueError(f"tracks: {spec!r} is neither a built-in circuit ({', '.join(BUILTIN)}) nor a .csv file")
+                raise ValueError(
+                    f"tracks: {spec!r} is neither a built-in circuit ({', '.join(BUILTIN)}) nor a .csv file"
+                )
         if self.judge.off_track_distance <= self.off_track_tolerance:
             raise ValueError("judge.off_track_distance must exceed off_track_tolerance")
         return self

@@ -76,7 +76,9 @@ class PolicyDriver:
         obs = torch.as_tensor(self._last_obs)[None]
         out = self._policy(obs).detach().cpu().numpy().reshape(-1).astype(np.float64)
         if not np.isfinite(out).all():  # a broken policy file: never send NaN to a simulator
-            raise ValueError(f"the policy's action is not finite ({out.tolist()}): its weights or normalizer are broken")
+            raise ValueError(
+                f"the policy's action is not finite ({out.tolist()}): its weights or normalizer are broken"
+            )
         if len(out) == 2:
             a = np.clip(out, -1.0, 1.0)
             cmd = np.array([a[0], max(a[1], 0.0), max(-a[1], 0.0)])

@@ -30,7 +30,11 @@ from s3.tracks.evaluation_circuits import evaluation_track
 def _model_folder(meta: dict[str, Any], models_dir: str | Path | None) -> tuple[Path, str]:
     """(folder, family) of the distilled model recorded in a policy's policy.json (models_dir/<family> if given)."""
     family = meta["family"]
-    folder = Path(models_dir) / family if models_dir is not None else Path(meta["dynamics_model"]["folder"] or f"models/{family}")
+    folder = (
+        Path(models_dir) / family
+        if models_dir is not None
+        else Path(meta["dynamics_model"]["folder"] or f"models/{family}")
+    )
     return folder, family
 
 
@@ -69,19 +73,45 @@ def distilled_laps(folder: str | Path, params: Any, models_dir: str | Path | Non
             tracks = [evaluation_track(spec, cond) for spec in ep.tracks]
             starts = [(t, i, frac) for t in range(len(tracks)) for i, frac in enumerate(ep.start_fractions)]
             batch = run_episodes(
-                policy, model, tracks, [t for t, _, _ in starts], [frac * tracks[t].length for t, _, frac in starts], policy_env_params(meta),
-                start_speed=ep.start_speed, max_seconds=ep.max_lap_seconds, ends=ep.judge.ends(),
-            )  # fmt: skip
+                policy,
+                model,
+                tracks,
+                [t for t, _, _ in starts],
+                [frac * tracks[t].length for t, _, frac in starts],
+                policy_env_params(meta),
+                start_speed=ep.start_speed,
+                max_seconds=ep.max_lap_seconds,
+                ends=ep.judge.ends(),
+            )
             done = batch.completed.astype(bool)
             for k, (t, i, _) in enumerate(starts):
-                rows.append({"seed": seed, "track": track_name(ep.tracks[t]), "condition": cond, "start_index": i, "completed": bool(done[k]),
-                             "completion_fraction": float(np.clip(batch.progress[k] / tracks[t].length, 0.0, 1.0)),
-                             "lap_time_s": float(batch.lap_time[k]) if done[k] else None, "reason": batch.reason[k]})  # fmt: skip
-    return {"rows": rows, "summary": {SUITE: {c: block([r for r in rows if r["condition"] == c], QUALITY) for c in ep.conditions}}}
+                rows.append(
+                    {
+                        "seed": seed,
+                        "track": track_name(ep.tracks[t]),
+                        "condition": cond,
+                        "start_index": i,
+                        "completed": bool(done[k]),
+                        "completion_fraction": float(np.clip(batch.progress[k] / tracks[t].length, 0.0, 1.0)),
+                        "lap_time_s": float(batch.lap_time[k]) if done[k] else None,
+                        "reason": batch.reason[k],
+                    }
+                )
+    return {
+        "rows": rows,
+        "summary": {SUITE: {c: block([r for r in rows if r["condition"] == c], QUALITY) for c in ep.conditions}},
+    }
 
 
-def evaluate_policy(name: str, folder: str | Path, params: Any, out_json: str | Path, plots_dir: str | Path | None,
-                    models_dir: str | Path | None = None, distilled: bool = True) -> dict[str, Any]:  # fmt: skip
+def evaluate_policy(
+    name: str,
+    folder: str | Path,
+    params: Any,
+    out_json: str | Path,
+    plots_dir: str | Path | None,
+    models_dir: str | Path | None = None,
+    distilled: bool = True,
+) -> dict[str, Any]:
     """Source-simulator evaluation of every seed of policies/<name>/, plus (distilled=True) its transfer gap and its model's probes, in one JSON."""
     seeds = [(seed, PolicyFactory(f)) for seed, f in policy_seeds(folder)]
     result = evaluate_driver(name, seeds, params, out_json, plots_dir)
@@ -90,7 +120,9 @@ def evaluate_policy(name: str, folder: str | Path, params: Any, out_json: str | 
     inside = distilled_laps(folder, params, models_dir)
     result["distilled"] = inside["summary"]
     result["probes"] = model_probes(folder, params, models_dir)
-    result["transfer_gap"] = {c: transfer_gap(result["summary"][SUITE][c], inside["summary"][SUITE][c]) for c in inside["summary"][SUITE]}
+    result["transfer_gap"] = {
+        c: transfer_gap(result["summary"][SUITE][c], inside["summary"][SUITE][c]) for c in inside["summary"][SUITE]
+    }
     result = json_safe(result)  # an undefined metric (NaN) is null, not a crash after the runs
     write_json_atomic(out_json, result)
     return result

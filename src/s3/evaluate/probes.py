@@ -93,7 +93,9 @@ def source_traces(sim: SourceSim, manoeuvres: tuple[Manoeuvre, ...] = MANOEUVRES
 def model_traces(model: DynamicsModel, manoeuvres: tuple[Manoeuvre, ...] = MANOEUVRES) -> np.ndarray:
     """The same [T + 1, M, 6] from the distilled env (its reset: a steady history at the start speed)."""
     mus = sorted({m.mu for m in manoeuvres})
-    params = EnvParams(num_envs=len(manoeuvres), off_track_margin=10.0, backwards_heading=3.15, backwards_distance=1000.0)
+    params = EnvParams(
+        num_envs=len(manoeuvres), off_track_margin=10.0, backwards_heading=3.15, backwards_distance=1000.0
+    )
     env = DistilledEnv(model, [open_surface(mu) for mu in mus], params, device="cpu", seed=0, auto_reset=False)
     env.reset_to(
         torch.tensor([mus.index(m.mu) for m in manoeuvres]),
@@ -110,7 +112,9 @@ def model_traces(model: DynamicsModel, manoeuvres: tuple[Manoeuvre, ...] = MANOE
     return out
 
 
-def compare(src: np.ndarray, mdl: np.ndarray, dt: float, manoeuvres: tuple[Manoeuvre, ...] = MANOEUVRES) -> dict[str, Any]:
+def compare(
+    src: np.ndarray, mdl: np.ndarray, dt: float, manoeuvres: tuple[Manoeuvre, ...] = MANOEUVRES
+) -> dict[str, Any]:
     """Per manoeuvre: position, heading and speed error at each checkpoint, and who slid; plus summaries."""
     per: dict[str, Any] = {}
     for j, m in enumerate(manoeuvres):
@@ -122,7 +126,9 @@ def compare(src: np.ndarray, mdl: np.ndarray, dt: float, manoeuvres: tuple[Manoe
         row["yaw_err_rad"] = float(abs(wrap_angle(mdl[k, j, 2] - src[k, j, 2])))
         row["speed_err"] = float(abs(np.hypot(*mdl[k, j, 3:5]) - np.hypot(*src[k, j, 3:5])))
         for who, tr in (("source", src), ("model", mdl)):
-            row[f"{who}_max_sideslip"] = float(np.abs(np.arctan2(tr[:, j, 4], np.maximum(np.abs(tr[:, j, 3]), 0.5))).max())
+            row[f"{who}_max_sideslip"] = float(
+                np.abs(np.arctan2(tr[:, j, 4], np.maximum(np.abs(tr[:, j, 3]), 0.5))).max()
+            )
             row[f"{who}_yaw_change"] = float(wrap_angle(tr[k, j, 2] - tr[0, j, 2]))
         row["source_slid"] = row["source_max_sideslip"] > SLIDE_RAD
         row["model_slid"] = row["model_max_sideslip"] > SLIDE_RAD
@@ -140,7 +146,9 @@ def compare(src: np.ndarray, mdl: np.ndarray, dt: float, manoeuvres: tuple[Manoe
 
 def _same_period(sim: SourceSim, model: DynamicsModel, name: str = "the model") -> None:
     if abs(sim.control_dt - model.dt) > 1e-9:
-        raise ParamsError(f"probe: the simulator's control_dt {sim.control_dt} differs from {name}'s dt {model.dt} (sim.control_dt)")
+        raise ParamsError(
+            f"probe: the simulator's control_dt {sim.control_dt} differs from {name}'s dt {model.dt} (sim.control_dt)"
+        )
 
 
 def probe_model(model: DynamicsModel, sim: SourceSim) -> dict[str, Any]:
@@ -168,8 +176,10 @@ def probe_folders(families: list[str], models_dir: str | Path, sim_params: Any) 
 def probe_table(family: str, result: dict[str, Any]) -> Table:
     """One row per manoeuvre: the model's errors and who slid, for the terminal."""
     s = result["summary"]
-    table = Table(title=f"probe {family}: 3 s error asphalt {s['pos_err_3s_asphalt']:.2f} m, ice {s['pos_err_3s_ice']:.2f} m; "
-                        f"slides agreed {s['slides_agreed']}/{s['manoeuvres']}")  # fmt: skip
+    table = Table(
+        title=f"probe {family}: 3 s error asphalt {s['pos_err_3s_asphalt']:.2f} m, ice {s['pos_err_3s_ice']:.2f} m; "
+        f"slides agreed {s['slides_agreed']}/{s['manoeuvres']}"
+    )
     for col in (
         "manoeuvre",
         "pos err 1 / 2 / 3 s (m)",
@@ -181,7 +191,11 @@ def probe_table(family: str, result: dict[str, Any]) -> Table:
         table.add_column(col, justify="left" if col == "manoeuvre" else "right")
     for name, r in result["manoeuvres"].items():
         table.add_row(
-            name, f"{r['pos_err_1s']:.2f} / {r['pos_err_2s']:.2f} / {r['pos_err_3s']:.2f}", f"{r['yaw_err_rad']:.2f}", f"{r['speed_err']:.2f}",
-            f"{r['source_max_sideslip']:.2f} / {r['model_max_sideslip']:.2f}", f"{r['source_yaw_change']:+.2f} / {r['model_yaw_change']:+.2f}",
-        )  # fmt: skip
+            name,
+            f"{r['pos_err_1s']:.2f} / {r['pos_err_2s']:.2f} / {r['pos_err_3s']:.2f}",
+            f"{r['yaw_err_rad']:.2f}",
+            f"{r['speed_err']:.2f}",
+            f"{r['source_max_sideslip']:.2f} / {r['model_max_sideslip']:.2f}",
+            f"{r['source_yaw_change']:+.2f} / {r['model_yaw_change']:+.2f}",
+        )
     return table

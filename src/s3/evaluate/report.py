@@ -42,7 +42,14 @@ from s3.evaluate.report_cost import collect_cost, direct_cost, efficiency_block
 from s3.evaluate.report_inputs import BASELINES, control_dt, horizon_curves, json_names, order_names, read_json
 from s3.evaluate.report_mlflow import log_report_mlflow
 from s3.evaluate.report_ranks import quality_ranks, spearman
-from s3.evaluate.report_render import claims_table, correlation_lines, cost_lines, efficiency_table, markdown, report_table
+from s3.evaluate.report_render import (
+    claims_table,
+    correlation_lines,
+    cost_lines,
+    efficiency_table,
+    markdown,
+    report_table,
+)
 from s3.evaluate.report_rows import CORRELATED, policy_kind, policy_row, prediction_source, selected_row
 from s3.io import json_safe, write_json_atomic, write_text_atomic
 
@@ -90,8 +97,12 @@ DEFINITIONS = {
 }
 
 
-def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iterable[str] | None = None,
-                 models: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+def build_report(
+    metrics_dir: Path,
+    manifest: Path | None = None,
+    families: Iterable[str] | None = None,
+    models: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Join the stage metrics into the report dict (reads files, writes nothing).
 
     `manifest` defaults to <metrics_dir>/../data/rollouts/manifest.json (the project layout).
@@ -104,7 +115,11 @@ def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iter
     manifest = Path(manifest) if manifest is not None else metrics_dir.parent / "data" / "rollouts" / "manifest.json"
     missing: list[str] = []
     d_dir, e_dir, t_dir = metrics_dir / "distill", metrics_dir / "eval", metrics_dir / "train"
-    names = order_names({*models, *json_names(d_dir), *json_names(e_dir), *(n for n in json_names(t_dir) if n != "direct")}, families, models)
+    names = order_names(
+        {*models, *json_names(d_dir), *json_names(e_dir), *(n for n in json_names(t_dir) if n != "direct")},
+        families,
+        models,
+    )
     names = [n for n in names if n in models or n in BASELINES or (e_dir / f"{n}.json").exists()]
     rows: dict[str, dict[str, Any]] = {}
     selected_rows: dict[str, dict[str, Any]] = {}
@@ -131,12 +146,16 @@ def build_report(metrics_dir: Path, manifest: Path | None = None, families: Iter
     for name, row in selected_rows.items():  # after the ranks and the correlation: the seeds' row is the policy's
         steps = row["selection"]["source_car_steps"]
         # at the real-time rate, like every other source cost: car steps x control period, on one simulator instance
-        row["selection"]["source_real_time_one_instance_s"] = steps * dt if steps is not None and dt is not None else None
+        row["selection"]["source_real_time_one_instance_s"] = (
+            steps * dt if steps is not None and dt is not None else None
+        )
         rows[name] = row
     collect = collect_cost(man, dt, read_json(metrics_dir / "collect.json", missing))
     direct = direct_cost(read_json(t_dir / "direct.json", missing), evals.get("direct"), dt)
     experiments = read_experiments(metrics_dir / "experiments")
-    ttq = read_json(metrics_dir / "time_to_quality.json", []) if (metrics_dir / "time_to_quality.json").exists() else None
+    ttq = (
+        read_json(metrics_dir / "time_to_quality.json", []) if (metrics_dir / "time_to_quality.json").exists() else None
+    )
     report = {
         "claims": claims(evals, rows, families, experiments, ttq),
         "experiments": {k: sorted(v) for k, v in experiments.items()},
@@ -179,17 +198,26 @@ def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path
     figs = [plot_accuracy_vs_quality(report, Path(plots_dir) / FIGURE)]
     curves = horizon_curves(Path(metrics_dir) / "distill")
     if curves:  # every family in one figure: only this stage reads all of their metrics
-        figs.append(plot_error_vs_horizon(Path(plots_dir) / HORIZON_FIGURE, curves, "open-loop position error, every family"))
+        figs.append(
+            plot_error_vs_horizon(Path(plots_dir) / HORIZON_FIGURE, curves, "open-loop position error, every family")
+        )
     out = write_json_atomic(Path(metrics_dir) / "report.json", report)
-    ttq_figure = Path(plots_dir).parent / "time_to_quality.png"  # the time_to_quality stage's figure, linked (not written) here
+    ttq_figure = (
+        Path(plots_dir).parent / "time_to_quality.png"
+    )  # the time_to_quality stage's figure, linked (not written) here
     shown = [*figs, *([ttq_figure] if ttq_figure.exists() else [])]
     md = write_text_atomic(Path(reports_dir) / "report.md", markdown(report, shown, Path(reports_dir)))
     return [out, md, *figs]
 
 
-def report(metrics_dir: str | Path = "metrics", reports_dir: str | Path = "reports", plots_dir: str | Path = "plots/report",
-           console: Console | None = None, families: Iterable[str] | None = None,
-           models: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+def report(
+    metrics_dir: str | Path = "metrics",
+    reports_dir: str | Path = "reports",
+    plots_dir: str | Path = "plots/report",
+    console: Console | None = None,
+    families: Iterable[str] | None = None,
+    models: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The `s3 report` stage: build, write, print and log the report; returns the report dict."""
     rep = build_report(Path(metrics_dir), families=families, models=models)
     paths = write_report(rep, Path(metrics_dir), Path(reports_dir), Path(plots_dir))

@@ -38,8 +38,13 @@ from s3.evaluate.report_inputs import get, num
 from s3.evaluate.stats import Interval, difference_bootstrap, model_correlation, verdict
 from s3.evaluate.suite import groups
 
-SMOOTHNESS = (("mean_abs_steering_rate", -1), ("mean_abs_steering_jerk", -1), ("mean_abs_lateral_jerk", -1), ("time_off_track_s", -1),
-              ("min_edge_margin_m", +1))  # fmt: skip
+SMOOTHNESS = (
+    ("mean_abs_steering_rate", -1),
+    ("mean_abs_steering_jerk", -1),
+    ("mean_abs_lateral_jerk", -1),
+    ("time_off_track_s", -1),
+    ("min_edge_margin_m", +1),
+)
 GROUNDED = ("ddm", "dytr")
 BLACK_BOX = "transformer"
 HEADLINE_ERROR = "ade_2s_all"
@@ -57,8 +62,15 @@ def quality(ev: Mapping[str, Any] | None) -> float | None:
     return sum(sum(v) / len(v) for v in g) / len(g) if g else None
 
 
-def _row(claim: str, statement: str, direction: int, effect: Interval | Mapping[str, Any] | None, n: str, detail: Any = None,
-         status: str | None = None) -> dict[str, Any]:  # fmt: skip
+def _row(
+    claim: str,
+    statement: str,
+    direction: int,
+    effect: Interval | Mapping[str, Any] | None,
+    n: str,
+    detail: Any = None,
+    status: str | None = None,
+) -> dict[str, Any]:
     """One claim row; the verdict from the Interval (which knows its seeds) or the (low, high) of `effect`."""
     interval = effect if isinstance(effect, Interval) else None
     if interval is not None:
@@ -105,8 +117,12 @@ def _seeds_needed(a: list[list[float]], b: list[list[float]], effect: float | No
     return max(2, math.ceil((Z95 * sd / abs(effect)) ** 2))
 
 
-def accuracy(rows: Mapping[str, Mapping[str, Any]], evals: Mapping[str, Mapping[str, Any] | None], families: Sequence[str],
-             graded: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:  # fmt: skip
+def accuracy(
+    rows: Mapping[str, Mapping[str, Any]],
+    evals: Mapping[str, Mapping[str, Any] | None],
+    families: Sequence[str],
+    graded: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
     """Claim 3: rho over models; `graded` = {variant: {"distill": metrics/distill dict, "eval": metrics/eval dict}}."""
     points: dict[str, tuple[float, float]] = {}
     for fam in families:
@@ -124,19 +140,41 @@ def accuracy(rows: Mapping[str, Mapping[str, Any]], evals: Mapping[str, Mapping[
     # the test is the permutation of models (exact p): the bootstrap interval of rho over 3-6 models is descriptive only
     # (a perfect order of 4 models gives [-1, -1] while its exact p is 2/24); the same rule, read from the test
     p, rho = res["p_value"], res["rho"]
-    status = "not run" if len(points) < 3 else "cannot tell" if p is None or rho is None or p >= 0.05 else "holds" if rho < 0 else "does not hold"
-    return _row("3 accuracy predicts quality", statement, -1, effect, n, {"p_value": res["p_value"], "models": points, "reason": res["reason"]}, status)
+    status = (
+        "not run"
+        if len(points) < 3
+        else "cannot tell"
+        if p is None or rho is None or p >= 0.05
+        else "holds"
+        if rho < 0
+        else "does not hold"
+    )
+    return _row(
+        "3 accuracy predicts quality",
+        statement,
+        -1,
+        effect,
+        n,
+        {"p_value": res["p_value"], "models": points, "reason": res["reason"]},
+        status,
+    )
 
 
 FRICTION = "4 friction diversity transfers"
-LABELLED = (("diverse_model_label", "the model"), ("diverse_policy_label", "the policy"), ("diverse_labelled", "the model and the policy"))
+LABELLED = (
+    ("diverse_model_label", "the model"),
+    ("diverse_policy_label", "the policy"),
+    ("diverse_labelled", "the model and the policy"),
+)
 
 
 def friction(ablation: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Claim 4: ice lap share, high minus low friction diversity, both without surface labels; then,
     on the diverse distribution, without labels minus with them (for the model, the policy, both)."""
 
-    def row(statement: str, hi: Mapping[str, Any] | None, lo: Mapping[str, Any] | None, detail: Any = None) -> dict[str, Any]:
+    def row(
+        statement: str, hi: Mapping[str, Any] | None, lo: Mapping[str, Any] | None, detail: Any = None
+    ) -> dict[str, Any]:
         if hi is None or lo is None:
             return _row(FRICTION, statement, +1, None, "—", status="not run")
         a, b = groups(_runs(hi.get("eval"), "ice"), "lap_share"), groups(_runs(lo.get("eval"), "ice"), "lap_share")
@@ -145,11 +183,21 @@ def friction(ablation: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
 
     blind = ablation.get("diverse_blind")
     return [
-        row("high friction diversity without surface labels gives a higher ice lap share than low diversity without labels",
-            blind, ablation.get("narrow_blind"), {v: quality(d.get("eval")) for v, d in ablation.items()}),
-        *(row(f"diverse friction: a higher ice lap share without surface labels than with them for {who}", blind, ablation.get(v))
-          for v, who in LABELLED),
-    ]  # fmt: skip
+        row(
+            "high friction diversity without surface labels gives a higher ice lap share than low diversity without labels",
+            blind,
+            ablation.get("narrow_blind"),
+            {v: quality(d.get("eval")) for v, d in ablation.items()},
+        ),
+        *(
+            row(
+                f"diverse friction: a higher ice lap share without surface labels than with them for {who}",
+                blind,
+                ablation.get(v),
+            )
+            for v, who in LABELLED
+        ),
+    ]
 
 
 def efficiency_claim(ttq: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -157,13 +205,29 @@ def efficiency_claim(ttq: Mapping[str, Any] | None) -> dict[str, Any]:
     checkpoint minus the best family's (collection and distillation included), measured and for a real-time source.
     One training seed per route: no interval, so the verdict is "cannot tell" whatever the difference; a route that
     never reached quality contributes its bound (`not_reached_within_s`), which makes the effect a bound too."""
-    statement = "the distilled route (best family) reaches a lap-completing policy sooner than PPO in the source simulator"
+    statement = (
+        "the distilled route (best family) reaches a lap-completing policy sooner than PPO in the source simulator"
+    )
     if not ttq or ttq.get("not_run"):
-        return _row("1 efficiency", statement, +1, None, "—", {"reason": (ttq or {}).get("not_run", "metrics/time_to_quality.json not found")}, "not run")
+        return _row(
+            "1 efficiency",
+            statement,
+            +1,
+            None,
+            "—",
+            {"reason": (ttq or {}).get("not_run", "metrics/time_to_quality.json not found")},
+            "not run",
+        )
     detail: dict[str, Any] = {"distilled_policy": get(ttq, "distilled_best", "policy")}
     for suffix, label in (("_s", "measured"), ("_real_time_s", "real_time")):
-        d, bound_d = num(get(ttq, "direct", f"t_to_quality{suffix}")), num(get(ttq, "direct", f"not_reached_within{suffix}"))
-        b, bound_b = num(get(ttq, "distilled_best", f"t_to_quality{suffix}")), num(get(ttq, "distilled_best", f"not_reached_within{suffix}"))
+        d, bound_d = (
+            num(get(ttq, "direct", f"t_to_quality{suffix}")),
+            num(get(ttq, "direct", f"not_reached_within{suffix}")),
+        )
+        b, bound_b = (
+            num(get(ttq, "distilled_best", f"t_to_quality{suffix}")),
+            num(get(ttq, "distilled_best", f"not_reached_within{suffix}")),
+        )
         t_direct, t_best = d if d is not None else bound_d, b if b is not None else bound_b
         kind = (
             "exact"
@@ -174,15 +238,26 @@ def efficiency_claim(ttq: Mapping[str, Any] | None) -> dict[str, Any]:
             if b is None and d is not None
             else "none"
         )
-        detail[label] = {"direct_s": d, "direct_not_reached_within_s": bound_d, "distilled_s": b, "distilled_not_reached_within_s": bound_b,
-                         "difference_s": None if t_direct is None or t_best is None or kind == "none" else t_direct - t_best, "kind": kind}  # fmt: skip
+        detail[label] = {
+            "direct_s": d,
+            "direct_not_reached_within_s": bound_d,
+            "distilled_s": b,
+            "distilled_not_reached_within_s": bound_b,
+            "difference_s": None if t_direct is None or t_best is None or kind == "none" else t_direct - t_best,
+            "kind": kind,
+        }
     diff = detail["measured"]["difference_s"]
     effect = None if diff is None else {"estimate": diff, "low": None, "high": None}
     return _row("1 efficiency", statement, +1, effect, "1 seed per route", detail, "cannot tell")
 
 
-def claims(evals: Mapping[str, Mapping[str, Any] | None], rows: Mapping[str, Mapping[str, Any]], families: Sequence[str],
-           experiments: Mapping[str, Mapping[str, Mapping[str, Any]]], ttq: Mapping[str, Any] | None) -> list[dict[str, Any]]:  # fmt: skip
+def claims(
+    evals: Mapping[str, Mapping[str, Any] | None],
+    rows: Mapping[str, Mapping[str, Any]],
+    families: Sequence[str],
+    experiments: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    ttq: Mapping[str, Any] | None,
+) -> list[dict[str, Any]]:
     """Every claim row, in the paper's order."""
     return [
         efficiency_claim(ttq),

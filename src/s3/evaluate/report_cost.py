@@ -30,15 +30,26 @@ def duration(s: float | None) -> str:
     return f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
-def efficiency(t_distilled: float | None, distilled_reached: bool | None, t_direct: float | None,
-               direct_reached: bool | None, one_time: float | None) -> dict[str, Any]:  # fmt: skip
+def efficiency(
+    t_distilled: float | None,
+    distilled_reached: bool | None,
+    t_direct: float | None,
+    direct_reached: bool | None,
+    one_time: float | None,
+) -> dict[str, Any]:
     """Speed-up of the RL phase and the break-even number of policies (see the report's definitions).
 
     `t_direct` is direct's time to the lap when it was reached, else its budget B.
     """
-    out: dict[str, Any] = {"speedup": None, "speedup_bound": None, "speedup_text": DASH,
-                           "break_even_n": None, "break_even_policies": None, "break_even_bound": None,
-                           "break_even_text": DASH}  # fmt: skip
+    out: dict[str, Any] = {
+        "speedup": None,
+        "speedup_bound": None,
+        "speedup_text": DASH,
+        "break_even_n": None,
+        "break_even_policies": None,
+        "break_even_bound": None,
+        "break_even_text": DASH,
+    }
     if distilled_reached is False:
         out["speedup_text"] = out["break_even_text"] = "not reached"
         return out
@@ -52,7 +63,9 @@ def efficiency(t_distilled: float | None, distilled_reached: bool | None, t_dire
         return out
     saved = t_direct - t_distilled
     if saved <= 0:
-        out["break_even_text"] = "never (distilled RL not faster)" if direct_reached else f"{DASH} (direct's budget < t_distilled)"
+        out["break_even_text"] = (
+            "never (distilled RL not faster)" if direct_reached else f"{DASH} (direct's budget < t_distilled)"
+        )
         return out
     n = one_time / saved
     out["break_even_n"], out["break_even_bound"] = n, "exact" if direct_reached else "upper"
@@ -61,7 +74,9 @@ def efficiency(t_distilled: float | None, distilled_reached: bool | None, t_dire
     return out
 
 
-def collect_cost(manifest: Mapping[str, Any] | None, dt: float | None, record: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def collect_cost(
+    manifest: Mapping[str, Any] | None, dt: float | None, record: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Collection rows from the rollout manifest, wall clock and workers from the run record
     (metrics/collect.json; a manifest written before the record existed held them); real-time equivalents."""
     rows = num(get(manifest, "rows"))
@@ -70,11 +85,17 @@ def collect_cost(manifest: Mapping[str, Any] | None, dt: float | None, record: M
     source = f"{name} wall_seconds_total"
     if wall is None:
         wall = num(get(timed, "wall_seconds_this_run"))
-        source = f"{name} wall_seconds_this_run (undercounts when shards were reused from an earlier run)" if wall is not None else None
+        source = (
+            f"{name} wall_seconds_this_run (undercounts when shards were reused from an earlier run)"
+            if wall is not None
+            else None
+        )
     workers = num(get(timed, "workers"))
     if workers is None:
         configured = num(get(manifest, "params", "collect", "workers"))
-        workers = 1.0 if get(manifest, "simulator") == "beamng" else (configured if configured and configured > 0 else None)
+        workers = (
+            1.0 if get(manifest, "simulator") == "beamng" else (configured if configured and configured > 0 else None)
+        )
     car_s = rows * dt if rows is not None and dt is not None else None
     return {
         "wall_s": wall,
@@ -120,7 +141,8 @@ def direct_cost(direct: Mapping[str, Any] | None, ev: Mapping[str, Any] | None, 
         "budget_s": budget,
         "env_steps": steps,
         "workers": workers,
-        "env_steps_per_s": _direct_value(direct, "env_steps_per_s") or (steps / wall if steps is not None and wall else None),
+        "env_steps_per_s": _direct_value(direct, "env_steps_per_s")
+        or (steps / wall if steps is not None and wall else None),
         "completion_nominal": rate,
         "reached": reached,
         "t_to_policy_s": t,
@@ -130,7 +152,9 @@ def direct_cost(direct: Mapping[str, Any] | None, ev: Mapping[str, Any] | None, 
     }
 
 
-def efficiency_block(rows: Mapping[str, dict[str, Any]], collect: dict[str, Any], direct: dict[str, Any]) -> dict[str, Any]:
+def efficiency_block(
+    rows: Mapping[str, dict[str, Any]], collect: dict[str, Any], direct: dict[str, Any]
+) -> dict[str, Any]:
     """Per distilled policy: measured, and re-computed for a real-time source simulator."""
     measured, real_time = {}, {}
     for name, r in rows.items():
@@ -141,9 +165,17 @@ def efficiency_block(rows: Mapping[str, dict[str, Any]], collect: dict[str, Any]
         dist = r["distill_wall_s"]
         base = {"rl_wall_s": r["rl_wall_s"], "reached": reached, "distill_wall_s": dist}
         one = collect["wall_s"] + dist if collect["wall_s"] is not None and dist is not None else None
-        measured[name] = {**base, "one_time_cost_s": one,
-                          **efficiency(r["rl_wall_s"], reached, direct["t_to_policy_s"], direct["reached"], one)}  # fmt: skip
-        one_rt = collect["real_time_wall_s"] + dist if collect["real_time_wall_s"] is not None and dist is not None else None
-        real_time[name] = {**base, "one_time_cost_s": one_rt,
-                           **efficiency(r["rl_wall_s"], reached, direct["real_time_wall_s"], direct["reached"], one_rt)}  # fmt: skip
+        measured[name] = {
+            **base,
+            "one_time_cost_s": one,
+            **efficiency(r["rl_wall_s"], reached, direct["t_to_policy_s"], direct["reached"], one),
+        }
+        one_rt = (
+            collect["real_time_wall_s"] + dist if collect["real_time_wall_s"] is not None and dist is not None else None
+        )
+        real_time[name] = {
+            **base,
+            "one_time_cost_s": one_rt,
+            **efficiency(r["rl_wall_s"], reached, direct["real_time_wall_s"], direct["reached"], one_rt),
+        }
     return {"families": measured, "real_time": real_time}

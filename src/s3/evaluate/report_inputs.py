@@ -58,7 +58,9 @@ def json_names(folder: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
 
 
-def order_names(names: Iterable[str], families: Iterable[str] = FAMILIES, models: Mapping[str, str] | None = None) -> list[str]:
+def order_names(
+    names: Iterable[str], families: Iterable[str] = FAMILIES, models: Mapping[str, str] | None = None
+) -> list[str]:
     """Families first, then the other policies trained in a model (the oracle) and the baselines,
     then anything else alphabetically."""
     families = list(families)

@@ -40,8 +40,14 @@ def log_report_mlflow(report: Mapping[str, Any], artifacts: Iterable[Path] = ())
     for name, r in report["rows"].items():
         if r["kind"] == "baseline":
             continue
-        m = {"prediction": r["prediction"], "policy": r["policy"], "transfer_gap": r["transfer_gap"], "quality": r["quality"],
-             "efficiency": eff["families"].get(name, {}), "efficiency_real_time": eff["real_time"].get(name, {})}  # fmt: skip
+        m = {
+            "prediction": r["prediction"],
+            "policy": r["policy"],
+            "transfer_gap": r["transfer_gap"],
+            "quality": r["quality"],
+            "efficiency": eff["families"].get(name, {}),
+            "efficiency_real_time": eff["real_time"].get(name, {}),
+        }
         ids[name] = log_stage_safely("report", name, None, _numbers(m), artifacts)
     parent = {
         "correlation": {k: v for k, v in report["correlation"].items() if isinstance(v, Mapping)},

@@ -49,7 +49,9 @@ def spearman(errors: Mapping[str, float | None], ranks: Mapping[str, float]) -> 
     if len(names) < 3:
         out["reason"] = f"needs >= 3 families with both prediction error and policy quality, have {len(names)}"
     elif len(set(x)) == 1 or len(set(y)) == 1:
-        out["reason"] = "constant input: all families tie on " + ("prediction error" if len(set(x)) == 1 else "policy quality")
+        out["reason"] = "constant input: all families tie on " + (
+            "prediction error" if len(set(x)) == 1 else "policy quality"
+        )
     elif len(names) <= EXACT_P_MAX_N:
         out["rho"], out["p_value"] = (num(v) for v in _spearman_exact(x, y))
     else:

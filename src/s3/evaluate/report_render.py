@@ -53,9 +53,9 @@ def _share(p: Mapping[str, Any], key: str) -> str:
     """A share in % with its interval and n (seeds / runs)."""
     if p[key] is None:
         return DASH
-    return _interval(p[key], p.get(key.replace("_rate", "") + "_ci95") if key == "lap_share" else p.get("completion_ci95"), 0, 100.0) + (
-        f" (n={p.get('seeds')}/{p.get('runs')})" if key == "completion_rate" else ""
-    )
+    return _interval(
+        p[key], p.get(key.replace("_rate", "") + "_ci95") if key == "lap_share" else p.get("completion_ci95"), 0, 100.0
+    ) + (f" (n={p.get('seeds')}/{p.get('runs')})" if key == "completion_rate" else "")
 
 
 CLAIM_COLUMNS = ("claim", "statement", "effect", "95 % interval", "n", "verdict")
@@ -78,10 +78,27 @@ def _gap(g: Mapping[str, Any]) -> str:
     return f"{DASH if c is None else f'{100 * c:+.0f}%'} / {DASH if t is None else f'{t:+.1f} s'}"
 
 
-MAIN_COLUMNS = ("policy", "ADE 1s all (m)", "ADE 2s all (m)", "ADE 1s ice (m)", "ADE 2s ice (m)",
-                "manoeuvres 3s asphalt / ice (m)", "slides agreed", "completed nominal % (n seeds/runs)",
-                "completed ice %", "lap share nominal %", "lap share ice %", "lap time nominal (s)", "lap time ice (s)",
-                "steer rate (1/s)", "lateral jerk (m/s³)", "ice patches crossed", "transfer gap nominal", "transfer gap ice", "quality rank")  # fmt: skip
+MAIN_COLUMNS = (
+    "policy",
+    "ADE 1s all (m)",
+    "ADE 2s all (m)",
+    "ADE 1s ice (m)",
+    "ADE 2s ice (m)",
+    "manoeuvres 3s asphalt / ice (m)",
+    "slides agreed",
+    "completed nominal % (n seeds/runs)",
+    "completed ice %",
+    "lap share nominal %",
+    "lap share ice %",
+    "lap time nominal (s)",
+    "lap time ice (s)",
+    "steer rate (1/s)",
+    "lateral jerk (m/s³)",
+    "ice patches crossed",
+    "transfer gap nominal",
+    "transfer gap ice",
+    "quality rank",
+)
 
 
 def main_rows(report: Mapping[str, Any]) -> list[list[str]]:
@@ -89,20 +106,45 @@ def main_rows(report: Mapping[str, Any]) -> list[list[str]]:
     out = []
     for name, r in report["rows"].items():
         pred, pol, gap = r["prediction"], r["policy"], r["transfer_gap"]
-        label = name if not r["prediction_from"] or r["prediction_from"] == name else f"{name} ({r['prediction_from']} model)"
-        out.append([
-            label, *(_f(pred[m]) for m in ERROR_METRICS), _pair(pred["probe_3s_asphalt"], pred["probe_3s_ice"]),
-            _pct(pred["probe_slides_agreed"]), _share(pol["nominal"], "completion_rate"),
-            _share(pol["ice"], "completion_rate"), _share(pol["nominal"], "lap_share"), _share(pol["ice"], "lap_share"),
-            _lap(pol["nominal"]), _lap(pol["ice"]),
-            _f(pol["nominal"]["mean_abs_steering_rate"], 3), _f(pol["nominal"].get("mean_abs_lateral_jerk"), 2),
-            _pct(pol["ice"]["patch_crossing_rate"]), _gap(gap["nominal"]), _gap(gap["ice"]), _f(r["quality"]["rank"], 1),
-        ])  # fmt: skip
+        label = (
+            name
+            if not r["prediction_from"] or r["prediction_from"] == name
+            else f"{name} ({r['prediction_from']} model)"
+        )
+        out.append(
+            [
+                label,
+                *(_f(pred[m]) for m in ERROR_METRICS),
+                _pair(pred["probe_3s_asphalt"], pred["probe_3s_ice"]),
+                _pct(pred["probe_slides_agreed"]),
+                _share(pol["nominal"], "completion_rate"),
+                _share(pol["ice"], "completion_rate"),
+                _share(pol["nominal"], "lap_share"),
+                _share(pol["ice"], "lap_share"),
+                _lap(pol["nominal"]),
+                _lap(pol["ice"]),
+                _f(pol["nominal"]["mean_abs_steering_rate"], 3),
+                _f(pol["nominal"].get("mean_abs_lateral_jerk"), 2),
+                _pct(pol["ice"]["patch_crossing_rate"]),
+                _gap(gap["nominal"]),
+                _gap(gap["ice"]),
+                _f(r["quality"]["rank"], 1),
+            ]
+        )
     return out
 
 
-EFF_COLUMNS = ("policy", "RL to lap (distilled)", "RL to lap (direct)", "speed-up", "one-time cost", "break-even policies",
-               "speed-up @ real time", "one-time @ real time", "break-even @ real time")  # fmt: skip
+EFF_COLUMNS = (
+    "policy",
+    "RL to lap (distilled)",
+    "RL to lap (direct)",
+    "speed-up",
+    "one-time cost",
+    "break-even policies",
+    "speed-up @ real time",
+    "one-time @ real time",
+    "break-even @ real time",
+)
 
 
 def efficiency_rows(report: Mapping[str, Any]) -> list[list[str]]:
@@ -112,8 +154,19 @@ def efficiency_rows(report: Mapping[str, Any]) -> list[list[str]]:
     for name, m in eff["families"].items():
         rt = eff["real_time"][name]
         rl = "not reached" if m["reached"] is False else duration(m["rl_wall_s"]) if m["reached"] else DASH
-        out.append([name, rl, eff["direct"]["text"], m["speedup_text"], duration(m["one_time_cost_s"]), m["break_even_text"],
-                    rt["speedup_text"], duration(rt["one_time_cost_s"]), rt["break_even_text"]])  # fmt: skip
+        out.append(
+            [
+                name,
+                rl,
+                eff["direct"]["text"],
+                m["speedup_text"],
+                duration(m["one_time_cost_s"]),
+                m["break_even_text"],
+                rt["speedup_text"],
+                duration(rt["one_time_cost_s"]),
+                rt["break_even_text"],
+            ]
+        )
     return out
 
 
@@ -127,7 +180,9 @@ def correlation_lines(report: Mapping[str, Any]) -> list[str]:
         if c["rho"] is None:
             lines.append(f"{m}: rho = {DASH} ({c['reason']})")
         else:
-            lines.append(f"{m}: rho = {c['rho']:+.2f} (p = {c['p_value']:.2f}, n = {c['n']}: {', '.join(c['families'])})")
+            lines.append(
+                f"{m}: rho = {c['rho']:+.2f} (p = {c['p_value']:.2f}, n = {c['n']}: {', '.join(c['families'])})"
+            )
     return lines
 
 
@@ -178,18 +233,25 @@ def _table(title: str, columns: Iterable[str], rows: list[list[str]]) -> Table:
 
 def claims_table(report: Mapping[str, Any]) -> Table:
     """The paper's claims with effect, interval, n and verdict."""
-    return _table("report: the paper's claims (two-sided 95 %; verdict rule fixed in advance)", CLAIM_COLUMNS, claim_rows(report))
+    return _table(
+        "report: the paper's claims (two-sided 95 %; verdict rule fixed in advance)", CLAIM_COLUMNS, claim_rows(report)
+    )
 
 
 def report_table(report: Mapping[str, Any]) -> Table:
     """Prediction accuracy next to policy quality, one row per policy."""
-    return _table("report: prediction accuracy (held-out rollouts) vs policy quality (source simulator, evaluation suite, every seed)",
-                  MAIN_COLUMNS, main_rows(report))  # fmt: skip
+    return _table(
+        "report: prediction accuracy (held-out rollouts) vs policy quality (source simulator, evaluation suite, every seed)",
+        MAIN_COLUMNS,
+        main_rows(report),
+    )
 
 
 def efficiency_table(report: Mapping[str, Any]) -> Table:
     """Wall clock to a lap-completing policy, distilled vs direct; measured and at real time."""
-    return _table("report: RL wall clock to a policy that completes the nominal lap", EFF_COLUMNS, efficiency_rows(report))
+    return _table(
+        "report: RL wall clock to a policy that completes the nominal lap", EFF_COLUMNS, efficiency_rows(report)
+    )
 
 
 def _md_table(columns: Iterable[str], rows: list[list[str]]) -> str:
@@ -229,8 +291,16 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
 
 
 README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"
-README_COLUMNS = ("policy", "laps nominal % (n seeds/runs)", "laps ice % (n seeds/runs)", "lap share nominal %", "lap share ice %",
-                  "lap time nominal s (n laps)", "lap time ice s (n laps)", "seeds for ±0.1 lap share nominal / ice")  # fmt: skip
+README_COLUMNS = (
+    "policy",
+    "laps nominal % (n seeds/runs)",
+    "laps ice % (n seeds/runs)",
+    "lap share nominal %",
+    "lap share ice %",
+    "lap time nominal s (n laps)",
+    "lap time ice s (n laps)",
+    "seeds for ±0.1 lap share nominal / ice",
+)
 
 
 def readme_rows(report: Mapping[str, Any]) -> list[list[str]]:
@@ -251,20 +321,26 @@ def readme_rows(report: Mapping[str, Any]) -> list[list[str]]:
 def readme_table(report: Mapping[str, Any]) -> str:
     """The README's results block, from metrics/report.json alone (the same report, the same text): the policies'
     quality over the evaluation suite, then the paper's claims with effect, interval, n and verdict."""
-    return "\n\n".join([
-        "Per policy, every training seed on the evaluation suite (every circuit, four starts each): laps completed and lap "
-        "share as the mean over seeds [95 % two-level bootstrap interval], n = seeds / runs; lap time over the completed laps, n = laps.",
-        _md_table(README_COLUMNS, readme_rows(report)),
-        "The paper's claims (two-sided 95 %, verdict rule fixed in advance; at K = 3 seeds per policy a verdict is provisional: "
-        "[docs/statistics.md](docs/statistics.md)):",
-        _md_table(CLAIM_COLUMNS, claim_rows(report)) if report.get("claims") else "(no claim rows in this report)",
-    ])  # fmt: skip
+    return "\n\n".join(
+        [
+            "Per policy, every training seed on the evaluation suite (every circuit, four starts each): laps completed and lap "
+            "share as the mean over seeds [95 % two-level bootstrap interval], n = seeds / runs; lap time over the completed laps, n = laps.",
+            _md_table(README_COLUMNS, readme_rows(report)),
+            "The paper's claims (two-sided 95 %, verdict rule fixed in advance; at K = 3 seeds per policy a verdict is provisional: "
+            "[docs/statistics.md](docs/statistics.md)):",
+            _md_table(CLAIM_COLUMNS, claim_rows(report)) if report.get("claims") else "(no claim rows in this report)",
+        ]
+    )
 
 
 def replace_readme_block(text: str, block: str) -> str:
     """`text` with everything between README_BEGIN and README_END replaced by `block` (the markers stay; the rest is
     untouched). ValueError when the markers are missing, repeated or out of order."""
-    if text.count(README_BEGIN) != 1 or text.count(README_END) != 1 or text.index(README_BEGIN) > text.index(README_END):
+    if (
+        text.count(README_BEGIN) != 1
+        or text.count(README_END) != 1
+        or text.index(README_BEGIN) > text.index(README_END)
+    ):
         raise ValueError(f"needs exactly one {README_BEGIN} ... {README_END} block")
     head, rest = text.split(README_BEGIN)
     _, tail = rest.split(README_END)

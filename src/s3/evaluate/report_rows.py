@@ -19,12 +19,23 @@ CONDITIONS = ("nominal", "ice")
 ERROR_METRICS = ("ade_1s_all", "ade_2s_all", "ade_1s_ice", "ade_2s_ice")
 PROBE_METRICS = ("probe_3s_asphalt", "probe_3s_ice")  # manoeuvre probes (s3.evaluate.probes), from metrics/eval
 CORRELATED = (*ERROR_METRICS, *PROBE_METRICS)
-POLICY_KEYS = ("mean_abs_steering_rate", "mean_abs_steering_jerk", "mean_abs_lateral_jerk", "pedal_switches", "off_track_events",
-               "time_off_track_s", "min_edge_margin_m", "mean_abs_lateral_error_m", "patch_crossing_rate")  # fmt: skip
+POLICY_KEYS = (
+    "mean_abs_steering_rate",
+    "mean_abs_steering_jerk",
+    "mean_abs_lateral_jerk",
+    "pedal_switches",
+    "off_track_events",
+    "time_off_track_s",
+    "min_edge_margin_m",
+    "mean_abs_lateral_error_m",
+    "patch_crossing_rate",
+)
 GAP_KEYS = ("completion_rate", "lap_share", "lap_time_s")
 
 
-def prediction_columns(distill: Mapping[str, Any] | None, ev: Mapping[str, Any] | None = None) -> dict[str, float | None]:
+def prediction_columns(
+    distill: Mapping[str, Any] | None, ev: Mapping[str, Any] | None = None
+) -> dict[str, float | None]:
     """ADE at 1 s / 2 s on all test windows and on ice windows; the manoeuvre probes' errors (from the eval)."""
     out: dict[str, float | None] = {}
     for name in ERROR_METRICS:
@@ -52,7 +63,9 @@ def _seeds_for(ev: Mapping[str, Any] | None, cond: str, half_width: float) -> in
     from s3.evaluate.stats import seeds_needed
 
     seeds = get(ev, "by_seed") or {}
-    return seeds_needed([num(get(v, cond, "lap_share")) for v in seeds.values()], half_width) if len(seeds) >= 2 else None
+    return (
+        seeds_needed([num(get(v, cond, "lap_share")) for v in seeds.values()], half_width) if len(seeds) >= 2 else None
+    )
 
 
 def policy_columns(ev: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -90,7 +103,9 @@ def quality_score(policy: Mapping[str, Any]) -> float | None:
     return None if any(r is None for r in rates) else sum(rates) / len(rates)
 
 
-def policy_row(name: str, kind: str, distill: dict | None, ev: dict | None, train: dict | None, prediction_from: str | None) -> dict[str, Any]:
+def policy_row(
+    name: str, kind: str, distill: dict | None, ev: dict | None, train: dict | None, prediction_from: str | None
+) -> dict[str, Any]:
     """The policy's row: prediction, policy, transfer gap, quality (rank None), RL and distill wall clocks."""
     policy = policy_columns(ev)
     return {
@@ -116,7 +131,9 @@ def policy_kind(name: str, families: list[str], models: Mapping[str, str]) -> st
     return "baseline" if name in BASELINES else "other"
 
 
-def prediction_source(name: str, d: Path, train: dict | None, families: list[str], models: Mapping[str, str]) -> str | None:
+def prediction_source(
+    name: str, d: Path, train: dict | None, families: list[str], models: Mapping[str, str]
+) -> str | None:
     """Whose distill metrics describe this policy's dynamics model (the oracle drives its model's)."""
     if (d / f"{name}.json").exists():
         return name
@@ -126,7 +143,9 @@ def prediction_source(name: str, d: Path, train: dict | None, families: list[str
     return models.get(name)
 
 
-def selected_row(row: Mapping[str, Any], ev: Mapping[str, Any] | None, train: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def selected_row(
+    row: Mapping[str, Any], ev: Mapping[str, Any] | None, train: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
     """With train.seed_selection 'source': the row of the one seed chosen in the source simulator,
     its quality from that seed's runs only (the same runs as every seed's), and the selection's
     source cost (car steps; the report converts them at the real-time rate). None otherwise."""
@@ -144,5 +163,9 @@ def selected_row(row: Mapping[str, Any], ev: Mapping[str, Any] | None, train: Ma
         "kind": "selected",
         "policy": policy_columns(one),
         "quality": {"score": quality_score(policy_columns(one)), "rank": None},
-        "selection": {"seed": seed, "rule": get(sel, "rule"), "source_car_steps": None if None in steps or not steps else sum(steps)},
+        "selection": {
+            "seed": seed,
+            "rule": get(sel, "rule"),
+            "source_car_steps": None if None in steps or not steps else sum(steps),
+        },
     }

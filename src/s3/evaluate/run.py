@@ -36,10 +36,28 @@ from s3.tracks.track import Track
 
 REASONS = ("lap", "off_track", "backwards", "stalled", "sim_error", "max_time")
 TRAJECTORY_KEYS = (
-    "t", "x", "y", "yaw", "vx", "vy", "yaw_rate", "steer", "speed", "sideslip",
-    "steering_cmd", "throttle_cmd", "brake_cmd", "mu", "mu_min",
-    "s", "d", "heading_error", "w_left", "w_right", "progress",
-)  # fmt: skip
+    "t",
+    "x",
+    "y",
+    "yaw",
+    "vx",
+    "vy",
+    "yaw_rate",
+    "steer",
+    "speed",
+    "sideslip",
+    "steering_cmd",
+    "throttle_cmd",
+    "brake_cmd",
+    "mu",
+    "mu_min",
+    "s",
+    "d",
+    "heading_error",
+    "w_left",
+    "w_right",
+    "progress",
+)
 _ONE = torch.zeros(1, dtype=torch.long)
 _NO = torch.zeros(1, dtype=torch.bool)
 _Z2 = torch.zeros(1, 2)
@@ -73,8 +91,16 @@ def track_state(frame: TrackFrame) -> TrackState:
     """Where the frame's one car is on its track."""
     d, herr, wl, wr = (float(v) for v in frame.feats[0])
     heading = float(wrap(frame.pose[0, 2] - frame.feats[0, 1]))
-    return TrackState(s=float(frame.s[0]), d=d, heading=heading, heading_error=herr, w_left=wl, w_right=wr,
-                      segment=int(frame.seg[0]), progress=float(frame.progress[0]))  # fmt: skip
+    return TrackState(
+        s=float(frame.s[0]),
+        d=d,
+        heading=heading,
+        heading_error=herr,
+        w_left=wl,
+        w_right=wr,
+        segment=int(frame.seg[0]),
+        progress=float(frame.progress[0]),
+    )
 
 
 def _row(state: VehicleState, where: TrackState, cmd: Control | None) -> dict[str, float]:
@@ -122,8 +148,19 @@ def run_lap(
     n_steps = int(math.ceil(max_seconds / sim.control_dt))
     rules = Rules(1, sim.control_dt, judge.ends(), RewardParams(), max_steps=n_steps + 1)
     x, y, h = (float(a) for a in track.pose_at(np.array(start_s), np.array(start_d)))
-    result = RunResult(track.name, float(start_s), float(start_d), float(start_heading), float(start_speed),
-                       False, None, 0.0, length, "max_time", 0)  # fmt: skip
+    result = RunResult(
+        track.name,
+        float(start_s),
+        float(start_d),
+        float(start_heading),
+        float(start_speed),
+        False,
+        None,
+        0.0,
+        length,
+        "max_time",
+        0,
+    )
     rows: list[dict[str, float]] = []
     try:
         state = sim.reset(track, x, y, float(wrap_angle(h + start_heading)), float(start_speed))

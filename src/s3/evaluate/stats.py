@@ -187,7 +187,12 @@ def _constant(arrays: list[np.ndarray]) -> float | None:
     return float(first) if all(np.all(a == first) for a in arrays) else None
 
 
-def two_level_bootstrap(groups: Sequence[Sequence[float | None]], n_resamples: int = N_RESAMPLES, confidence: float = CONFIDENCE, seed: int = 0) -> Interval:
+def two_level_bootstrap(
+    groups: Sequence[Sequence[float | None]],
+    n_resamples: int = N_RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
+) -> Interval:
     """Mean over seeds of the within-seed mean, with its two-level percentile bootstrap interval.
 
     groups: a sequence over seeds (K of them) of sequences of per-run values (see `seed_means`
@@ -242,11 +247,15 @@ def difference_bootstrap(
     sizes: dict[str, Any] = {"n_seeds_a": ka, "n_seeds_b": kb}
     if ka == 0 or kb == 0:
         side = "A" if ka == 0 else "B"
-        return Interval(None, None, None, ka + kb, n_units, confidence, f"no data: no seed of {side} has a finite value", **sizes)
+        return Interval(
+            None, None, None, ka + kb, n_units, confidence, f"no data: no seed of {side} has a finite value", **sizes
+        )
     va, vb = _constant(a), _constant(b)
     if va is not None and vb is not None:
         d = va - vb
-        return Interval(d, d, d, ka + kb, n_units, confidence, "all values of A equal, and all of B: zero-width interval", **sizes)
+        return Interval(
+            d, d, d, ka + kb, n_units, confidence, "all values of A equal, and all of B: zero-width interval", **sizes
+        )
     estimate = float(np.mean([x.mean() for x in a]) - np.mean([x.mean() for x in b]))
     rng = np.random.default_rng(seed)
     draws = _two_level_draws(a, n_resamples, rng) - _two_level_draws(b, n_resamples, rng)
@@ -287,7 +296,9 @@ def verdict(interval: Interval | Sequence[float | None], direction: Direction) -
     return "cannot tell"
 
 
-def seeds_needed(seed_values: Sequence[float | None], effect: float | None, confidence: float = CONFIDENCE) -> int | None:
+def seeds_needed(
+    seed_values: Sequence[float | None], effect: float | None, confidence: float = CONFIDENCE
+) -> int | None:
     """Seeds at which the observed seed-to-seed spread would give a normal-approximation interval of
     half-width below |effect|: ceil((z * sd / |effect|)^2), at least 2.
 
@@ -324,7 +335,11 @@ def _spearman_rho(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def model_correlation(
-    x: Sequence[float | None], y: Sequence[float | None], n_resamples: int = 9999, seed: int = 0, confidence: float = CONFIDENCE
+    x: Sequence[float | None],
+    y: Sequence[float | None],
+    n_resamples: int = 9999,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
 ) -> dict[str, Any]:
     """Spearman's rho of a per-model x (e.g. prediction error) against a per-model y (policy quality).
 

@@ -28,8 +28,18 @@ from s3.evaluate.stats import two_level_bootstrap, wilson
 SUITE = "suite"
 QUALITY = ("completion_rate", "lap_share", "lap_time_s")
 # smoothness and safety per run (s3.evaluate.metrics); claim (2) of the report reads these
-BEHAVIOUR = ("mean_speed_mps", "mean_abs_steering_rate", "mean_abs_steering_jerk", "mean_abs_lateral_jerk", "time_off_track_s",
-             "min_edge_margin_m", "off_track_events", "mean_abs_lateral_error_m", "pedal_switches", "patch_crossing_rate")  # fmt: skip
+BEHAVIOUR = (
+    "mean_speed_mps",
+    "mean_abs_steering_rate",
+    "mean_abs_steering_jerk",
+    "mean_abs_lateral_jerk",
+    "time_off_track_s",
+    "min_edge_margin_m",
+    "off_track_events",
+    "mean_abs_lateral_error_m",
+    "pedal_switches",
+    "patch_crossing_rate",
+)
 N_RESAMPLES = 4000
 
 
@@ -74,7 +84,11 @@ def groups(rows: Iterable[dict[str, Any]], key: str) -> list[list[float]]:
 
 def block(rows: Sequence[dict[str, Any]], keys: Sequence[str] = (*QUALITY, *BEHAVIOUR)) -> dict[str, Any]:
     """The summary of one set of runs (module docstring)."""
-    out: dict[str, Any] = {"runs": len(rows), "completed": sum(bool(r["completed"]) for r in rows), "seeds": len({r["seed"] for r in rows})}
+    out: dict[str, Any] = {
+        "runs": len(rows),
+        "completed": sum(bool(r["completed"]) for r in rows),
+        "seeds": len({r["seed"] for r in rows}),
+    }
     for key in keys:
         out[key] = two_level_bootstrap(groups(rows, key), n_resamples=N_RESAMPLES).to_json()
     return out
@@ -100,7 +114,13 @@ def by_seed(rows: Sequence[dict[str, Any]], conditions: Sequence[str]) -> dict[s
             laps = [r["lap_time_s"] for r in mine if r["completed"] and r.get("lap_time_s") is not None]
             shares = [r["completion_fraction"] for r in mine if r.get("completion_fraction") is not None]
             ci = wilson(k, n)
-            out[str(seed)][c] = {"completed": k, "runs": n, "completion_rate": k / n if n else None, "wilson95": list(ci) if ci else None,
-                                 "lap_share": sum(shares) / len(shares) if shares else None,
-                                 "lap_time_s": sum(laps) / len(laps) if laps else None, "lap_time_n": len(laps)}  # fmt: skip
+            out[str(seed)][c] = {
+                "completed": k,
+                "runs": n,
+                "completion_rate": k / n if n else None,
+                "wilson95": list(ci) if ci else None,
+                "lap_share": sum(shares) / len(shares) if shares else None,
+                "lap_time_s": sum(laps) / len(laps) if laps else None,
+                "lap_time_n": len(laps),
+            }
     return out

@@ -95,13 +95,26 @@ def spaced(entries: Sequence[dict[str, Any]], min_steps: int = MIN_SPACING_STEPS
 
 def first_reaching(curve: Sequence[dict[str, Any]], share: float = LAP_SHARE) -> dict[str, Any] | None:
     """The earliest point (by env_steps) whose lap_share is at least `share`; None when there is none."""
-    return next((p for p in sorted(curve, key=lambda p: p["env_steps"]) if p.get("lap_share") is not None and p["lap_share"] >= share), None)
+    return next(
+        (
+            p
+            for p in sorted(curve, key=lambda p: p["env_steps"])
+            if p.get("lap_share") is not None and p["lap_share"] >= share
+        ),
+        None,
+    )
 
 
 # ---------------------------------------------------------------------------- driving
 @torch.inference_mode()
-def drive_checkpoints(folder: Path, entries: Sequence[dict[str, Any]], tracks: Sequence[Track], params: Any, starts: int = STARTS,
-                      workers: int = 0) -> list[dict[str, Any]]:  # fmt: skip
+def drive_checkpoints(
+    folder: Path,
+    entries: Sequence[dict[str, Any]],
+    tracks: Sequence[Track],
+    params: Any,
+    starts: int = STARTS,
+    workers: int = 0,
+) -> list[dict[str, Any]]:
     """Each checkpoint in `entries` (of folder/checkpoints/index.json) on every run of the set: {laps, runs, lap_share, completion, ...}."""
     from s3.rl.direct import source_episodes
     from s3.rl.source_env import SourceVecEnv
@@ -119,27 +132,42 @@ def drive_checkpoints(folder: Path, entries: Sequence[dict[str, Any]], tracks: S
         policies = [load_checkpoint_fn(folder, e, index) for e in batch]
         k = len(policies)
 
-        def policy(obs: torch.Tensor, policies: list = policies, k: int = k) -> torch.Tensor:  # row i * k + j: run i of checkpoint j
+        def policy(
+            obs: torch.Tensor, policies: list = policies, k: int = k
+        ) -> torch.Tensor:  # row i * k + j: run i of checkpoint j
             return torch.stack([p(obs[j::k].contiguous()) for j, p in enumerate(policies)], dim=1).reshape(m * k, -1)
 
         # interleaved, so that each worker holds an equal share of every checkpoint's runs
         with SourceVecEnv(
-            tracks, params.sim, env_params, num_envs=m * k, workers=workers, seed=0, auto_reset=False, compute=getattr(params, "compute", None)
+            tracks,
+            params.sim,
+            env_params,
+            num_envs=m * k,
+            workers=workers,
+            seed=0,
+            auto_reset=False,
+            compute=getattr(params, "compute", None),
         ) as env:
-            obs = env.reset_to(torch.as_tensor(np.repeat(ti, k)), torch.as_tensor(np.repeat(s, k), dtype=torch.float32), speed=START_SPEED)["policy"]
+            obs = env.reset_to(
+                torch.as_tensor(np.repeat(ti, k)),
+                torch.as_tensor(np.repeat(s, k), dtype=torch.float32),
+                speed=START_SPEED,
+            )["policy"]
             limit = torch.ceil(env.track_length() / params.train.validation_min_speed / env.dt).long()
             runs = source_episodes(env, policy, obs, limit)
         for j in range(k):
             part = runs.part(slice(j, None, k))
             laps = int(part.completed.sum())
-            out.append({
-                "laps": laps,
-                "runs": m,
-                "lap_share": laps / m,
-                "completion": float(part.completion.mean()),
-                "mean_lap_s": float(np.nanmean(part.lap_time)) if laps else None,
-                "ends": {r: part.reason.count(r) for r in sorted(set(part.reason)) if r != "lap"},
-            })  # fmt: skip
+            out.append(
+                {
+                    "laps": laps,
+                    "runs": m,
+                    "lap_share": laps / m,
+                    "completion": float(part.completion.mean()),
+                    "mean_lap_s": float(np.nanmean(part.lap_time)) if laps else None,
+                    "ends": {r: part.reason.count(r) for r in sorted(set(part.reason)) if r != "lap"},
+                }
+            )
     return out
 
 
@@ -171,7 +199,12 @@ def collection_cost(metrics_dir: Path, rows: float | None, dt: float) -> dict[st
     if wall is None:
         wall = _num(rec, "wall_seconds_this_run")
     workers = _num(rec, "workers")
-    return {"wall_s": wall, "rows": rows, "workers": workers, "real_time_s": rows * dt / workers if rows is not None and workers else None}
+    return {
+        "wall_s": wall,
+        "rows": rows,
+        "workers": workers,
+        "real_time_s": rows * dt / workers if rows is not None and workers else None,
+    }
 
 
 def checkpoint_folder(policies_dir: Path, name: str, seed: int) -> Path:
@@ -181,14 +214,29 @@ def checkpoint_folder(policies_dir: Path, name: str, seed: int) -> Path:
 
 
 # ---------------------------------------------------------------------------- routes
-def _curve(entries: Sequence[dict[str, Any]], driven: Sequence[dict[str, Any]], rate: float | None, offset: float | None,
-           real_time: Any, walls: dict[int, float]) -> list[dict[str, Any]]:  # fmt: skip
+def _curve(
+    entries: Sequence[dict[str, Any]],
+    driven: Sequence[dict[str, Any]],
+    rate: float | None,
+    offset: float | None,
+    real_time: Any,
+    walls: dict[int, float],
+) -> list[dict[str, Any]]:
     """Curve points: env steps, measured-throughput time (+ offset), real-time-source time, quality."""
     points = []
     for e, q in zip(entries, driven):
         n = int(e["env_steps"])
         t = offset + n / rate if rate and offset is not None else None
-        points.append({"env_steps": n, "iteration": e["iteration"], "t_s": t, "t_real_time_s": real_time(n), "wall_s": walls.get(n), **q})
+        points.append(
+            {
+                "env_steps": n,
+                "iteration": e["iteration"],
+                "t_s": t,
+                "t_real_time_s": real_time(n),
+                "wall_s": walls.get(n),
+                **q,
+            }
+        )
     return points
 
 
@@ -212,18 +260,28 @@ def _drive_route(
     """(index entries, their results, why not) for the checkpoints in `folder`."""
     index = read_index(folder)
     if index is None or not index.get("checkpoints"):
-        return [], [], f"no checkpoints in {folder / DIR} (trained before checkpoints were kept? re-run its train stage)"
+        return (
+            [],
+            [],
+            f"no checkpoints in {folder / DIR} (trained before checkpoints were kept? re-run its train stage)",
+        )
     entries = spaced(index["checkpoints"], MIN_SPACING_STEPS)
     return entries, drive_checkpoints(folder, entries, tracks, params, starts, workers), None
 
 
-def direct_route(params: Any, policies_dir: Path, metrics_dir: Path, tracks: Sequence[Track], starts: int, workers: int) -> dict[str, Any]:
+def direct_route(
+    params: Any, policies_dir: Path, metrics_dir: Path, tracks: Sequence[Track], starts: int, workers: int
+) -> dict[str, Any]:
     """`direct`: PPO in the source; its checkpoints on the set, its time axis from its own throughput."""
     dt = float(params.sim.control_dt)
     m = _read(metrics_dir / "train" / f"{DIRECT}.json")
     rate, budget, w = _num(m, "env_steps_per_s"), _num(m, "budget_s"), _num(m, "workers")
     folder = policies_dir / DIRECT
-    entries, driven, why = _drive_route(folder, tracks, params, starts, workers) if m is not None else ([], [], f"no {metrics_dir / 'train' / DIRECT}.json")
+    entries, driven, why = (
+        _drive_route(folder, tracks, params, starts, workers)
+        if m is not None
+        else ([], [], f"no {metrics_dir / 'train' / DIRECT}.json")
+    )
     walls = {int(p["env_steps"]): p["wall_s"] for p in (m or {}).get("learning_curve", []) if "wall_s" in p}
     curve = _curve(entries, driven, rate, 0.0, lambda n: n * dt / w if w else None, walls)
     steps = _num(m, "env_steps")
@@ -260,8 +318,16 @@ def _get_list(d: Any, *keys: str) -> list[dict[str, Any]]:
     return [r for r in d if isinstance(r, dict)] if isinstance(d, list) else []
 
 
-def distilled_route(name: str, params: Any, policies_dir: Path, metrics_dir: Path, tracks: Sequence[Track], starts: int, workers: int,
-                    collect: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def distilled_route(
+    name: str,
+    params: Any,
+    policies_dir: Path,
+    metrics_dir: Path,
+    tracks: Sequence[Track],
+    starts: int,
+    workers: int,
+    collect: dict[str, Any],
+) -> dict[str, Any]:
     """A policy trained in a distilled model: its first seed's checkpoints, after collection + distillation."""
     model = params.model_of(name)
     seed = params.train.for_policy(name).seed
@@ -270,9 +336,15 @@ def distilled_route(name: str, params: Any, policies_dir: Path, metrics_dir: Pat
     rate, distill_s = training_rate(m, seed), _num(dist, "total_wall_s")
     offset, offset_rt = _add(collect["wall_s"], distill_s), _add(collect["real_time_s"], distill_s)
     folder = checkpoint_folder(policies_dir, name, seed)
-    entries, driven, why = _drive_route(folder, tracks, params, starts, workers) if m is not None else ([], [], f"no {metrics_dir / 'train' / name}.json")
+    entries, driven, why = (
+        _drive_route(folder, tracks, params, starts, workers)
+        if m is not None
+        else ([], [], f"no {metrics_dir / 'train' / name}.json")
+    )
     walls = {int(p["env_steps"]): p["wall_s"] for p in ((m or {}).get("checkpoints") or {}).get("points", [])}
-    curve = _curve(entries, driven, rate, offset, lambda n: offset_rt + n / rate if rate and offset_rt is not None else None, walls)
+    curve = _curve(
+        entries, driven, rate, offset, lambda n: offset_rt + n / rate if rate and offset_rt is not None else None, walls
+    )
     steps = _num(m, "train", "env_steps")
     route = {
         "model": model,
@@ -286,7 +358,9 @@ def distilled_route(name: str, params: Any, policies_dir: Path, metrics_dir: Pat
         "budget_s": None,
         "end_s": offset + steps / rate if offset is not None and steps is not None and rate else None,
         "end_real_time_s": offset_rt + steps / rate if offset_rt is not None and steps is not None and rate else None,
-        "rl_wall_s": _num(m, "seed_selection", "rl_wall_s") if _num(m, "seed_selection", "rl_wall_s") is not None else _num(m, "train", "wall_s"),
+        "rl_wall_s": _num(m, "seed_selection", "rl_wall_s")
+        if _num(m, "seed_selection", "rl_wall_s") is not None
+        else _num(m, "train", "wall_s"),
         "curve": curve,
     }
     if why:
@@ -296,7 +370,9 @@ def distilled_route(name: str, params: Any, policies_dir: Path, metrics_dir: Pat
 
 def budget_rule(direct: dict[str, Any], routes: dict[str, dict[str, Any]], families: Sequence[str]) -> dict[str, Any]:
     """direct's budget against each family's whole distilled route (collect + distill + its K seeds' training)."""
-    whole = {n: _add(r["collect_wall_s"], r["distill_wall_s"], r["rl_wall_s"]) for n, r in routes.items() if n in families}
+    whole = {
+        n: _add(r["collect_wall_s"], r["distill_wall_s"], r["rl_wall_s"]) for n, r in routes.items() if n in families
+    }
     known = [v for v in whole.values() if v is not None]
     need = max(known) if known else None
     budget = direct.get("budget_s")
@@ -309,8 +385,16 @@ def budget_rule(direct: dict[str, Any], routes: dict[str, dict[str, Any]], famil
     }
 
 
-def time_to_quality(params: Any, policies_dir: str | Path, metrics_dir: str | Path, out_path: str | Path | None = None,
-                    plot_path: str | Path | None = None, n_tracks: int = N_TRACKS, starts: int = STARTS, workers: int = 0) -> dict[str, Any]:  # fmt: skip
+def time_to_quality(
+    params: Any,
+    policies_dir: str | Path,
+    metrics_dir: str | Path,
+    out_path: str | Path | None = None,
+    plot_path: str | Path | None = None,
+    n_tracks: int = N_TRACKS,
+    starts: int = STARTS,
+    workers: int = 0,
+) -> dict[str, Any]:
     """Every kept checkpoint of direct and of each distilled policy's first seed on the fixed hold-out set; the
     curves, each route's time to quality, the families' best (module docstring). Writes the JSON (and the figure)."""
     policies_dir, metrics_dir = Path(policies_dir), Path(metrics_dir)
@@ -334,9 +418,13 @@ def time_to_quality(params: Any, policies_dir: str | Path, metrics_dir: str | Pa
     collect = collection_cost(metrics_dir, rows, dt)
     direct = direct_route(params, policies_dir, metrics_dir, tracks, starts, workers)
     routes = {n: distilled_route(n, params, policies_dir, metrics_dir, tracks, starts, workers, collect) for n in names}
-    reached = [(r["t_to_quality_s"], n) for n, r in routes.items() if n in params.families and r["t_to_quality_s"] is not None]
+    reached = [
+        (r["t_to_quality_s"], n) for n, r in routes.items() if n in params.families and r["t_to_quality_s"] is not None
+    ]
     best_name = min(reached)[1] if reached else None
-    ends = [r["end_s"] for n, r in routes.items() if n in params.families and r["curve"] and r["end_s"] is not None]  # the families evaluated
+    ends = [
+        r["end_s"] for n, r in routes.items() if n in params.families and r["curve"] and r["end_s"] is not None
+    ]  # the families evaluated
     result = {
         "tracks": {
             "generator_seed": HOLDOUT_SEED,
@@ -347,7 +435,12 @@ def time_to_quality(params: Any, policies_dir: str | Path, metrics_dir: str | Pa
             "surfaces": "track i heavy_ice when i % 4 in (0, 3), else dry (s3.evaluate.holdout.SURFACES)",
             "time_limit": f"lap length / train.validation_min_speed ({params.train.validation_min_speed} m/s)",
             "list": [
-                {"name": t.name, "surface": "heavy_ice" if i % 4 in ICE_SLOTS else "dry", "length_m": round(float(t.length), 1)} for i, t in enumerate(tracks)
+                {
+                    "name": t.name,
+                    "surface": "heavy_ice" if i % 4 in ICE_SLOTS else "dry",
+                    "length_m": round(float(t.length), 1),
+                }
+                for i, t in enumerate(tracks)
             ],
         },
         "rule": RULE,
@@ -368,7 +461,9 @@ def time_to_quality(params: Any, policies_dir: str | Path, metrics_dir: str | Pa
             "t_to_quality_s": None if best_name is None else routes[best_name]["t_to_quality_s"],
             "t_to_quality_real_time_s": None if best_name is None else routes[best_name]["t_to_quality_real_time_s"],
             "env_steps_to_quality": None if best_name is None else routes[best_name]["env_steps_to_quality"],
-            "not_reached_within_s": None if best_name is not None or not ends else min(ends),  # no family reached it within its own end
+            "not_reached_within_s": None
+            if best_name is not None or not ends
+            else min(ends),  # no family reached it within its own end
         },
         "budget_rule": budget_rule(direct, routes, list(params.families)),
     }

@@ -73,7 +73,9 @@ class Check:
         change = ""
         if self.baseline is not None and self.current is not None and self.baseline != 0:
             change = f" ({100 * (self.current - self.baseline) / abs(self.baseline):+.1f} %)"
-        bound = "" if self.limit is None else (f", limit {'>=' if self.kind == 'completion' else '<='} {self.limit:.4g}")
+        bound = (
+            "" if self.limit is None else (f", limit {'>=' if self.kind == 'completion' else '<='} {self.limit:.4g}")
+        )
         return f"{'ok  ' if self.ok else 'FAIL'} {self.kind:<10} {self.file} {self.key}: {f(self.baseline)} -> {f(self.current)}{change}{bound}"
 
 
@@ -124,11 +126,15 @@ def read_workspace(root: Path, p: RegressParams) -> dict[str, dict[str, Any]]:
 
 def read_git_ref(root: Path, ref: str, p: RegressParams) -> dict[str, dict[str, Any]]:
     """The metrics files the rules name, as committed at `ref`."""
-    names = subprocess.run(["git", "ls-tree", "-r", "--name-only", ref], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    names = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", ref], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.split()
     files = {}
     for name in names:
         if any(fnmatch.fnmatchcase(name, pat) for pat in p.error_files + p.policy_files):
-            text = subprocess.run(["git", "show", f"{ref}:{name}"], cwd=root, capture_output=True, text=True, check=True).stdout
+            text = subprocess.run(
+                ["git", "show", f"{ref}:{name}"], cwd=root, capture_output=True, text=True, check=True
+            ).stdout
             files[name] = json.loads(text)
     return files
 
@@ -142,11 +148,20 @@ def record(root: Path, p: RegressParams, out: Path | None = None) -> Path:
     if not metrics:
         raise FileNotFoundError(f"no metrics files match {p.error_files + p.policy_files} under {root}")
     path = out or root / p.baseline
-    write_json_atomic(path, {"recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_commit": git_commit(root), "metrics": metrics})
+    write_json_atomic(
+        path,
+        {
+            "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "git_commit": git_commit(root),
+            "metrics": metrics,
+        },
+    )
     return path
 
 
-def compare(baseline: dict[str, dict[str, float | None]], current_files: dict[str, dict[str, Any]], p: RegressParams) -> tuple[list[Check], list[str]]:
+def compare(
+    baseline: dict[str, dict[str, float | None]], current_files: dict[str, dict[str, Any]], p: RegressParams
+) -> tuple[list[Check], list[str]]:
     """One Check per baseline metric; plus the names of metrics that are new since the baseline."""
     current = tracked_metrics(current_files, p)
     checks = []
@@ -172,15 +187,25 @@ def compare(baseline: dict[str, dict[str, float | None]], current_files: dict[st
     return checks, new
 
 
-def unjudged_quality(baseline: dict[str, dict[str, float | None]], current_files: dict[str, dict[str, Any]], p: RegressParams) -> list[str]:
+def unjudged_quality(
+    baseline: dict[str, dict[str, float | None]], current_files: dict[str, dict[str, Any]], p: RegressParams
+) -> list[str]:
     """The policy files (of the baseline or the workspace) whose baseline has none of the quality keys:
     their completions, lap shares and lap times are not judged (e.g. a baseline in an older layout)."""
     files = {f for f in (*baseline, *current_files) if any(fnmatch.fnmatchcase(f, pat) for pat in p.policy_files)}
-    return sorted(f for f in files if not any(_kind(f, k, p) in ("completion", "lap_time") for k in baseline.get(f, {})))
+    return sorted(
+        f for f in files if not any(_kind(f, k, p) in ("completion", "lap_time") for k in baseline.get(f, {}))
+    )
 
 
-def summary(checks: list[Check], new: list[str], against: str, verbose: bool = False, unjudged: list[str] | None = None,
-            quality_keys: list[str] | None = None) -> str:  # fmt: skip
+def summary(
+    checks: list[Check],
+    new: list[str],
+    against: str,
+    verbose: bool = False,
+    unjudged: list[str] | None = None,
+    quality_keys: list[str] | None = None,
+) -> str:
     """A readable report: failures first, one line each, then one verdict line (which names unjudged policy files)."""
     bad = [c for c in checks if not c.ok]
     lines = [c.line() for c in bad]
@@ -191,19 +216,27 @@ def summary(checks: list[Check], new: list[str], against: str, verbose: bool = F
     caveat = ""
     if unjudged:
         keys = ", ".join(quality_keys or ["the quality keys"])
-        lines.append(f"policy quality NOT judged in {len(unjudged)} file(s): the baseline has none of {keys} for {', '.join(unjudged)} "
-                     "(an older metrics layout? record a baseline with `s3 regress --record`, or compare with a ref whose metrics have them)")  # fmt: skip
+        lines.append(
+            f"policy quality NOT judged in {len(unjudged)} file(s): the baseline has none of {keys} for {', '.join(unjudged)} "
+            "(an older metrics layout? record a baseline with `s3 regress --record`, or compare with a ref whose metrics have them)"
+        )
         caveat = f"; policy quality not judged in {len(unjudged)} file(s)"
     files = len({c.file for c in checks})
     if bad:
         worst = {c.file for c in bad}
-        lines.append(f"REGRESSION against {against}: {len(bad)} of {len(checks)} checks failed in {len(worst)} of {files} file(s){caveat}")
+        lines.append(
+            f"REGRESSION against {against}: {len(bad)} of {len(checks)} checks failed in {len(worst)} of {files} file(s){caveat}"
+        )
     else:
-        lines.append(f"no regression against {against}: {len(checks)} checks in {files} file(s) within tolerance{caveat}")
+        lines.append(
+            f"no regression against {against}: {len(checks)} checks in {files} file(s) within tolerance{caveat}"
+        )
     return "\n".join(lines)
 
 
-def run_check(root: Path, p: RegressParams, baseline: Path | None = None, ref: str | None = None, verbose: bool = False) -> tuple[bool, str]:
+def run_check(
+    root: Path, p: RegressParams, baseline: Path | None = None, ref: str | None = None, verbose: bool = False
+) -> tuple[bool, str]:
     """(passed, summary) of the current workspace against a baseline file or a git ref."""
     root = Path(root)
     current = read_workspace(root, p)
@@ -220,4 +253,6 @@ def run_check(root: Path, p: RegressParams, baseline: Path | None = None, ref: s
         raise FileNotFoundError(f"no tracked metrics in the baseline ({against})")
     checks, new = compare(base, current, p)
     unjudged = unjudged_quality(base, current, p)
-    return all(c.ok for c in checks), summary(checks, new, against, verbose, unjudged, p.completion_keys + p.lap_time_keys)
+    return all(c.ok for c in checks), summary(
+        checks, new, against, verbose, unjudged, p.completion_keys + p.lap_time_keys
+    )

@@ -68,16 +68,24 @@ class _Strict(BaseModel):
 
 class VariantSpec(_Strict):
     family: str = Field(description="the model family distilled (distill@<family>)")
-    policy: str | None = Field(None, description="the policy trained and evaluated (train@, evaluate@<policy>); default: the family's own")
+    policy: str | None = Field(
+        None, description="the policy trained and evaluated (train@, evaluate@<policy>); default: the family's own"
+    )
     note: str = ""
-    overrides: dict[str, Any] = Field(default_factory=dict, description="dotted params keys -> values (YAML values, as --set)")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="dotted params keys -> values (YAML values, as --set)"
+    )
 
 
 class StudyFile(_Strict):
     description: str = ""
     base: str = Field("params.yaml", description="the parameter file the variants start from (relative to the project)")
-    overrides: dict[str, Any] = Field(default_factory=dict, description="every variant's overrides (a variant's own win)")
-    blocks: dict[str, Any] = Field(default_factory=dict, description="YAML anchors the variants merge (`<<: *name`); read by nothing else")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="every variant's overrides (a variant's own win)"
+    )
+    blocks: dict[str, Any] = Field(
+        default_factory=dict, description="YAML anchors the variants merge (`<<: *name`); read by nothing else"
+    )
     variants: dict[str, VariantSpec] = Field(min_length=1)
 
 
@@ -139,7 +147,9 @@ def load_study(name: str | Path, project: Path = Path(".")) -> Study:
     variants = {}
     for vname, v in spec.variants.items():
         if not NAME.match(vname):
-            raise StudyError(f"{path}: variants.{vname}: a variant name is lower case letters, digits and _ (it names a file)")
+            raise StudyError(
+                f"{path}: variants.{vname}: a variant name is lower case letters, digits and _ (it names a file)"
+            )
         variants[vname] = Variant(vname, v.family, v.policy or v.family, {**spec.overrides, **v.overrides}, v.note)
     return Study(path.stem, path, base, variants, spec.description)
 
@@ -166,7 +176,9 @@ def variant_tree(study: Study, variant: Variant) -> dict[str, Any]:
 
 def params_text(study: Study, variant: Variant) -> str:
     head = f"# Written by `s3 study run {study.name}`: {study.base.name} plus the overrides of {study.path.name}, variant {variant.name}.\n"
-    return head + yaml.dump(variant_tree(study, variant), Dumper=_PlainDumper, sort_keys=False, default_flow_style=None, width=120)
+    return head + yaml.dump(
+        variant_tree(study, variant), Dumper=_PlainDumper, sort_keys=False, default_flow_style=None, width=120
+    )
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -223,11 +235,15 @@ def check_variant(study: Study, variant: Variant) -> Params:
     if variant.policy not in p.models():
         raise StudyError(f"{where}: policy {variant.policy!r} is not trained in a model ({', '.join(p.models())})")
     if p.model_of(variant.policy) != variant.family:
-        raise StudyError(f"{where}: policy {variant.policy!r} trains in {p.model_of(variant.policy)!r}, not {variant.family!r}")
+        raise StudyError(
+            f"{where}: policy {variant.policy!r} trains in {p.model_of(variant.policy)!r}, not {variant.family!r}"
+        )
     before, after = _flat(base_dump), _flat(p.model_dump(mode="json"))
     named = tuple(variant.overrides)
     for key in sorted(set(before) | set(after)):
-        if before.get(key) != after.get(key) and not any(key == n or key.startswith(n + ".") or n.startswith(key + ".") for n in named):
+        if before.get(key) != after.get(key) and not any(
+            key == n or key.startswith(n + ".") or n.startswith(key + ".") for n in named
+        ):
             raise StudyError(
                 f"{where}: {key} changes ({before.get(key)!r} -> {after.get(key)!r}) though no override names it: "
                 "a section an override creates takes the class defaults; name the key"
@@ -324,7 +340,15 @@ def seed_rollouts(workspace: Path, params: Params, donors: Iterable[Path]) -> Pa
     return None
 
 
-def run_variant(step: Step, study: Study, params: Params, project: Path, root: Path, say: Callable[[str], None] = print, share_cache: bool = True) -> Path:
+def run_variant(
+    step: Step,
+    study: Study,
+    params: Params,
+    project: Path,
+    root: Path,
+    say: Callable[[str], None] = print,
+    share_cache: bool = True,
+) -> Path:
     """Prepare the workspace, seed its rollouts, `dvc repro evaluate@<policy>`, write the result."""
     from s3.platform.workspace import prepare_workspace
 
@@ -340,7 +364,9 @@ def run_variant(step: Step, study: Study, params: Params, project: Path, root: P
         say(f"{study.name}/{v.name}: cd {ws} && dvc repro {target(v)}")
         rc = subprocess.run([str(bin_dir / "dvc"), "repro", target(v)], cwd=ws, env=env).returncode
         if rc != 0:
-            raise StudyError(f"{study.name}/{v.name}: `dvc repro {target(v)}` failed (exit {rc}) in {ws}; run the set again to resume")
+            raise StudyError(
+                f"{study.name}/{v.name}: `dvc repro {target(v)}` failed (exit {rc}) in {ws}; run the set again to resume"
+            )
         return write_result(ws, v, step.result)
 
 

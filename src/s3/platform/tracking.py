@@ -234,7 +234,9 @@ class Run:
         """A new run nested under this one (tag mlflow.parentRunId); None when this handle is off."""
         with self._guard() as on:
             if on:
-                run = self.client.create_run(self.experiment_id, run_name=name, tags={**tags, "mlflow.parentRunId": self.run_id})
+                run = self.client.create_run(
+                    self.experiment_id, run_name=name, tags={**tags, "mlflow.parentRunId": self.run_id}
+                )
                 return Run(self.uri, self.experiment_id, run.info.run_id)
         return None
 
@@ -309,8 +311,12 @@ def git_commit(root: str | Path = ".") -> str:
     if os.environ.get("S3_GIT_COMMIT"):
         return os.environ["S3_GIT_COMMIT"]
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -319,7 +325,11 @@ def git_commit(root: str | Path = ".") -> str:
 def run_tags(root: str | Path = ".") -> dict[str, str]:
     """The pipeline's provenance tags: git commit, dvc.lock and params.yaml hashes."""
     root = Path(root)
-    return {"s3.git_commit": git_commit(root), "s3.dvc_lock_sha": _sha(root / "dvc.lock"), "s3.params_sha": _sha(root / "params.yaml")}
+    return {
+        "s3.git_commit": git_commit(root),
+        "s3.dvc_lock_sha": _sha(root / "dvc.lock"),
+        "s3.params_sha": _sha(root / "params.yaml"),
+    }
 
 
 def start_pipeline_run(root: str | Path = ".", name: str | None = None, tags: Mapping[str, str] | None = None) -> str:
@@ -336,7 +346,9 @@ def finish_pipeline_run(run_id: str, root: str | Path = ".", status: str = "FINI
     for k, v in run_tags(root).items():
         c.set_tag(run_id, k, v)
     exp_id = c.get_run(run_id).info.experiment_id
-    for child in c.search_runs([exp_id], filter_string=f"tags.`mlflow.parentRunId` = '{run_id}' and attributes.status = 'RUNNING'"):
+    for child in c.search_runs(
+        [exp_id], filter_string=f"tags.`mlflow.parentRunId` = '{run_id}' and attributes.status = 'RUNNING'"
+    ):
         c.set_terminated(child.info.run_id, status=status)
     c.set_terminated(run_id, status=status)
 
@@ -352,10 +364,17 @@ def pipeline_run(root: str | Path = ".") -> Run | None:
     exp_id = experiment_id(c)
     t = run_tags(root)
     key = f"{t['s3.git_commit']}:{t['s3.params_sha']}"
-    found = c.search_runs([exp_id], filter_string=f"tags.`s3.pipeline_key` = '{key}'", max_results=1, order_by=["attributes.start_time DESC"])
+    found = c.search_runs(
+        [exp_id],
+        filter_string=f"tags.`s3.pipeline_key` = '{key}'",
+        max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
     if found:
         return Run(uri, exp_id, found[0].info.run_id)
-    run = c.create_run(exp_id, run_name=f"pipeline {t['s3.git_commit'][:8]}", tags={**t, "s3.kind": "pipeline", "s3.pipeline_key": key})
+    run = c.create_run(
+        exp_id, run_name=f"pipeline {t['s3.git_commit'][:8]}", tags={**t, "s3.kind": "pipeline", "s3.pipeline_key": key}
+    )
     return Run(uri, exp_id, run.info.run_id)
 
 
@@ -368,7 +387,9 @@ def family_run(family: str, root: str | Path = ".") -> Run | None:
         return None
     c = parent.client
     found = c.search_runs(
-        [parent.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent.run_id}' and tags.`s3.family` = '{family}'", max_results=1
+        [parent.experiment_id],
+        filter_string=f"tags.`mlflow.parentRunId` = '{parent.run_id}' and tags.`s3.family` = '{family}'",
+        max_results=1,
     )
     if found:
         return Run(parent.uri, parent.experiment_id, found[0].info.run_id)
@@ -444,14 +465,18 @@ def log_stage_safely(*args: Any, **kwargs: Any) -> str | None:
     return safely(log_stage, *args, **kwargs)
 
 
-def log_collect(params: Any, manifest: str | Path, root: str | Path = ".", record: str | Path | None = None) -> str | None:
+def log_collect(
+    params: Any, manifest: str | Path, root: str | Path = ".", record: str | Path | None = None
+) -> str | None:
     """The collect stage: params, dataset size and (from the run record `record`, metrics/collect.json) wall clock on the pipeline run, with the sample plot."""
     m = json.loads(Path(manifest).read_text())
     if record is not None and Path(record).exists():  # the run's wall clock is not in the dataset's manifest
         m = {**m, **json.loads(Path(record).read_text())}
     summary = {k: m.get(k) for k in ("rows", "episodes", "episodes_dropped", "wall_seconds_this_run")}
     p = params.model_dump(include={"seed", "sim", "collect"})
-    return log_stage_safely("collect", None, p, summary, [Path(params.collect.plot_dir) / "sample_episodes.png"], root=root)
+    return log_stage_safely(
+        "collect", None, p, summary, [Path(params.collect.plot_dir) / "sample_episodes.png"], root=root
+    )
 
 
 def log_distill(params: Any, families: Iterable[str], root: str | Path = ".") -> None:
@@ -461,11 +486,15 @@ def log_distill(params: Any, families: Iterable[str], root: str | Path = ".") ->
     for fam in families:
         others = set(FAMILIES) - {fam}
         p = params.distill.model_dump(exclude=others | {"progress_bar", "torch_threads"})
-        art = [Path("plots/distill") / f"{fam}_{n}.png" for n in ("trajectories", "error_vs_horizon")] + [Path("models") / fam / "model.json"]
+        art = [Path("plots/distill") / f"{fam}_{n}.png" for n in ("trajectories", "error_vs_horizon")] + [
+            Path("models") / fam / "model.json"
+        ]
         log_stage_safely("distill", fam, p, Path("metrics/distill") / f"{fam}.json", art, root=root)
 
 
-def log_train(params: Any, name: str, summary: Mapping[str, Any], run: Run | None = None, root: str | Path = ".") -> None:
+def log_train(
+    params: Any, name: str, summary: Mapping[str, Any], run: Run | None = None, root: str | Path = "."
+) -> None:
     """The train stage's summary of policy `name` in its run (`run`, or looked up): params
     `train.*`, the summary's numbers as `train/...`, the learning-curve plot and policy.json. The
     PPO curve itself was logged by the training, into the same run."""
@@ -477,6 +506,10 @@ def log_train(params: Any, name: str, summary: Mapping[str, Any], run: Run | Non
 
 def log_evaluate(params: Any, name: str, result: Mapping[str, Any], root: str | Path = ".") -> None:
     """The evaluate stage: policy quality (summary and transfer gap) and the figures in its run."""
-    metrics = {"summary": result.get("summary", {}), "transfer_gap": result.get("transfer_gap", {}), "wall_s": result.get("wall_s")}
+    metrics = {
+        "summary": result.get("summary", {}),
+        "transfer_gap": result.get("transfer_gap", {}),
+        "wall_s": result.get("wall_s"),
+    }
     p = params.evaluate.model_dump(mode="json", exclude=set() if name.startswith("pid") else {"pid"})
     log_stage_safely("eval", name, p, metrics, [Path(f) for f in result.get("plots", [])], root=root)

@@ -20,17 +20,32 @@ from pathlib import Path
 
 # pipeline results (git-tracked metrics included) and the lock describing them stay behind:
 # the workspace computes its own for its parameter set
-RESULTS = ("dvc.lock", "data/", "models/", "policies/", "metrics/", "plots/", "reports/", "baselines/", "mlflow.db", "mlartifacts/")
+RESULTS = (
+    "dvc.lock",
+    "data/",
+    "models/",
+    "policies/",
+    "metrics/",
+    "plots/",
+    "reports/",
+    "baselines/",
+    "mlflow.db",
+    "mlartifacts/",
+)
 
 
 def source_files(src: Path) -> list[str]:
     """Tracked plus untracked-but-not-ignored files of the git repository at `src`, less results."""
-    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=src, capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=src, capture_output=True, check=True
+    ).stdout
     names = {f for f in out.decode().split("\0") if f and not f.startswith(RESULTS)}
     return sorted(f for f in names if (src / f).is_file())
 
 
-def prepare_workspace(src: str | Path, dest: str | Path, params_file: str | Path | None = None, share_cache: bool = True) -> Path:
+def prepare_workspace(
+    src: str | Path, dest: str | Path, params_file: str | Path | None = None, share_cache: bool = True
+) -> Path:
     """Create or refresh `dest` from `src`; write `params_file` as its params.yaml."""
     src, dest = Path(src).resolve(), Path(dest).resolve()
     dest.mkdir(parents=True, exist_ok=True)

@@ -23,4 +23,9 @@ Public API (import from the submodules; this package imports nothing heavy itsel
 # What worker processes import, once, in their forkserver (s3.workers): the source simulator's
 # cars (s3.rl.source_env), and the train stage's PPO seeds (s3.rl.seeds) beside the seed choice's cars.
 SOURCE_WORKER_PRELOAD = ("s3.rl.source_env", "s3.sim.factory", "s3.sim.mujoco_car")
-TRAIN_WORKER_PRELOAD = ("s3.rl.seeds", "s3.dynamics.checkpoint", "mlflow.store.tracking.sqlalchemy_store", *SOURCE_WORKER_PRELOAD)
+TRAIN_WORKER_PRELOAD = (
+    "s3.rl.seeds",
+    "s3.dynamics.checkpoint",
+    "mlflow.store.tracking.sqlalchemy_store",
+    *SOURCE_WORKER_PRELOAD,
+)

@@ -142,7 +142,14 @@ def bench_env(
     return out
 
 
-def bench_source(sim: SimParams, params: TrainParams, source_seconds: float, direct_seconds: float, workers: int, tracks: Sequence[Any]) -> dict[str, Any]:
+def bench_source(
+    sim: SimParams,
+    params: TrainParams,
+    source_seconds: float,
+    direct_seconds: float,
+    workers: int,
+    tracks: Sequence[Any],
+) -> dict[str, Any]:
     """Single-process control steps/s of the source simulator, then its parallel env and PPO rates."""
     from s3.rl.source_env import SourceVecEnv, resolve_workers
     from s3.sim.bench import bench_sim

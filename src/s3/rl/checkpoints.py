@@ -65,7 +65,9 @@ def write_checkpoints(folder: str | Path, checkpoints: Iterable[dict[str, Any]],
     return out
 
 
-def add_checkpoint(folder: str | Path, actor_state: State, iteration: int, env_steps: int, meta: dict[str, Any]) -> None:
+def add_checkpoint(
+    folder: str | Path, actor_state: State, iteration: int, env_steps: int, meta: dict[str, Any]
+) -> None:
     """Add one checkpoint to <folder>/checkpoints/ (weights first, then the index: a killed run leaves a readable index)."""
     out = Path(folder) / DIR
     index = read_index(folder) or {**_header(meta), "checkpoints": []}
@@ -104,8 +106,9 @@ def load_checkpoint_actor(
     return actor.eval()
 
 
-def load_checkpoint_fn(folder: str | Path, entry: dict[str, Any], index: dict[str, Any] | None = None,
-                       device: str | torch.device = "cpu") -> Callable[[torch.Tensor], torch.Tensor]:  # fmt: skip
+def load_checkpoint_fn(
+    folder: str | Path, entry: dict[str, Any], index: dict[str, Any] | None = None, device: str | torch.device = "cpu"
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """A ready obs -> command callable of checkpoint `entry`, deployed as the policy is (fresh recurrent state)."""
     index = index or read_index(folder)
     actor = load_checkpoint_actor(folder, entry, index, device)

@@ -74,10 +74,14 @@ EXPORT_RESERVE_S = 5.0  # export, plot and MLflow at the end (measured ~2-4 s on
 
 
 @torch.inference_mode()
-def validate_source(actor: torch.nn.Module, env: SourceVecEnv, tracks: Sequence[Track], params: TrainParams) -> dict[str, Any]:
+def validate_source(
+    actor: torch.nn.Module, env: SourceVecEnv, tracks: Sequence[Track], params: TrainParams
+) -> dict[str, Any]:
     """Deterministic episodes of `actor` in `env` (built on `tracks`, no auto-reset) from the validation start grid."""
     ti, s = start_grid(tracks, params.tracks.validation_starts)
-    policy = as_callable(deployable(actor, env.params.steer_full_speed).cpu(), bool(getattr(actor, "is_recurrent", False)))
+    policy = as_callable(
+        deployable(actor, env.params.steer_full_speed).cpu(), bool(getattr(actor, "is_recurrent", False))
+    )
     obs = env.reset_to(torch.as_tensor(ti), torch.as_tensor(s, dtype=torch.float32))["policy"]
     seconds = env.track_length() / params.validation_min_speed
     if params.direct.validation_seconds is not None:
@@ -87,7 +91,9 @@ def validate_source(actor: torch.nn.Module, env: SourceVecEnv, tracks: Sequence[
     return summary
 
 
-def source_episodes(env: SourceVecEnv, policy: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor, limit: torch.Tensor) -> EpisodeBatch:
+def source_episodes(
+    env: SourceVecEnv, policy: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor, limit: torch.Tensor
+) -> EpisodeBatch:
     """Drive every car of `env` from `obs` until its lap, failure or `limit` [N] steps (s3.rl.rollout's rules)."""
 
     def step(active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,7 +111,14 @@ class ValidateInSource:
     checkpoint within `train.validation_tolerance` of the best (s3.rl.validation.kept_index, the
     distilled policies' rule); with no validation, the last checkpoint."""
 
-    def __init__(self, val: tuple[SourceVecEnv, list[Track]] | None, params: Params, budget: WallClockBudget, steps_per_it: int, dt: float) -> None:
+    def __init__(
+        self,
+        val: tuple[SourceVecEnv, list[Track]] | None,
+        params: Params,
+        budget: WallClockBudget,
+        steps_per_it: int,
+        dt: float,
+    ) -> None:
         self.val, self.params, self.budget, self.steps_per_it = val, params, budget, steps_per_it
         self.car_steps = _validation_car_steps(val[1], params, dt) if val is not None else 0.0
         self.validated: list[dict[str, Any]] = []  # score, iteration, env_steps, summary, actor, critic
@@ -175,7 +188,9 @@ def train_direct(
     budget = float(budget_s if budget_s is not None else params.train.direct.budget_s)
     if not budget > 0:
         raise ValueError(f"train_direct: budget_s must be positive, got {budget_s}")
-    clock = WallClockBudget(budget, params.train.direct.chunk_iterations, EXPORT_RESERVE_S, params.train.direct.validation)
+    clock = WallClockBudget(
+        budget, params.train.direct.chunk_iterations, EXPORT_RESERVE_S, params.train.direct.validation
+    )
     prestart()
     tp = params.train
     if tp.torch_threads:
@@ -205,12 +220,29 @@ def _train_direct(
     pool = TrackPool(tp.tracks.model_copy(update={"pool_size": d.pool_size}), tp.seed)
     aids = params.sim.driver_aids  # the one car
     if run is not None:
-        run.log_params({"family": NAME, "budget_s": clock.budget_s, "train": tp.model_dump(mode="json"), "sim": params.sim.model_dump(mode="json"),
-                        "driver_aids": aids.model_dump(mode="json")})  # fmt: skip
+        run.log_params(
+            {
+                "family": NAME,
+                "budget_s": clock.budget_s,
+                "train": tp.model_dump(mode="json"),
+                "sim": params.sim.model_dump(mode="json"),
+                "driver_aids": aids.model_dump(mode="json"),
+            }
+        )
     workers = resolve_workers(d.workers, d.num_envs)
     with contextlib.ExitStack() as stack:
         env = stack.enter_context(
-            SourceVecEnv(pool.tracks, params.sim, tp.env, d.num_envs, workers, tp.seed, timeout_s=d.worker_timeout_s, aids=aids, compute=params.compute)
+            SourceVecEnv(
+                pool.tracks,
+                params.sim,
+                tp.env,
+                d.num_envs,
+                workers,
+                tp.seed,
+                timeout_s=d.worker_timeout_s,
+                aids=aids,
+                compute=params.compute,
+            )
         )
         workers = len(env.workers)  # on Ray: as many actors as the cluster had room for
         val = None
@@ -235,7 +267,9 @@ def _train_direct(
                 ),
                 val_tracks,
             )
-        say(f"train {NAME}: {d.num_envs} source cars in {workers} workers ready after {clock.elapsed:.0f} s (budget {clock.budget_s:.0f} s)")
+        say(
+            f"train {NAME}: {d.num_envs} source cars in {workers} workers ready after {clock.elapsed:.0f} s (budget {clock.budget_s:.0f} s)"
+        )
         clear(out_dir / NAME)  # this run's chunk checkpoints only
         loop = _loop(env, val, pool, ppo, params, clock, run, say, out_dir / NAME)
         return _finish(loop, env, params, ppo, out_dir, plots_dir, metrics_dir, clock, run, workers, say)
@@ -257,15 +291,29 @@ def _loop(
     Every chunk's actor goes to <folder>/checkpoints/ (s3.rl.checkpoints) when `folder` is given."""
     trainer = PPOTrainer(env, ppo, "cpu")
     steps_per_it = trainer.steps_per_iteration
-    head = {"obs": env.layout.to_json(), "policy": {"type": ppo.policy, "recurrent": ppo.policy == "gru", "num_actions": env.num_actions,
-            "actor_cfg": trainer.cfg["actor"]}, "params": {"env": params.train.env.model_dump(mode="json")}}  # fmt: skip
+    head = {
+        "obs": env.layout.to_json(),
+        "policy": {
+            "type": ppo.policy,
+            "recurrent": ppo.policy == "gru",
+            "num_actions": env.num_actions,
+            "actor_cfg": trainer.cfg["actor"],
+        },
+        "params": {"env": params.train.env.model_dump(mode="json")},
+    }
     choice = ValidateInSource(val, params, clock, steps_per_it, env.dt)
     curve: list[dict[str, Any]] = []
 
     def on_chunk(done: int, chunk: Curve, report: dict[str, Any]) -> None:
         if run is not None:
             run.log_curve(chunk, prefix="train/")
-        point = {"iteration": done - 1, "env_steps": done * steps_per_it, **env.pop_stats(), **report, "wall_s": round(clock.elapsed, 2)}
+        point = {
+            "iteration": done - 1,
+            "env_steps": done * steps_per_it,
+            **env.pop_stats(),
+            **report,
+            "wall_s": round(clock.elapsed, 2),
+        }
         curve.append(point)
         if folder is not None:
             add_checkpoint(folder, trainer.actor.state_dict(), done - 1, done * steps_per_it, head)
@@ -281,8 +329,15 @@ def _loop(
 
     loop = train_loop(trainer, clock, choice, Hooks(on_chunk, refresh))
     best = choice.choose(trainer)
-    return {"trainer": trainer, "best": best, "curve": curve, "scalars": loop.curve, "iterations": loop.iterations, "ppo_wall_s": loop.ppo_s,
-            "steps_per_it": steps_per_it}  # fmt: skip
+    return {
+        "trainer": trainer,
+        "best": best,
+        "curve": curve,
+        "scalars": loop.curve,
+        "iterations": loop.iterations,
+        "ppo_wall_s": loop.ppo_s,
+        "steps_per_it": steps_per_it,
+    }
 
 
 def _validation_car_steps(tracks: Sequence[Track], params: Params, dt: float) -> float:
@@ -324,8 +379,12 @@ def _finish(
         "iteration": best["iteration"],
         "env_steps": best["env_steps"],
         "in": "source simulator" if d.validation else "none (last checkpoint kept)",
-        "selection": f"the latest validated checkpoint scoring within {tp.validation_tolerance} of the best" if d.validation else "the last",
-        "track_seeds": [VALIDATION_SEED_BASE + tp.seed * 1000 + i for i in range(tp.tracks.validation_tracks)] if d.validation else [],
+        "selection": f"the latest validated checkpoint scoring within {tp.validation_tolerance} of the best"
+        if d.validation
+        else "the last",
+        "track_seeds": [VALIDATION_SEED_BASE + tp.seed * 1000 + i for i in range(tp.tracks.validation_tracks)]
+        if d.validation
+        else [],
         "starts_per_track": tp.tracks.validation_starts,
         "min_speed_m_s": tp.validation_min_speed,
         "episode_cap_s": d.validation_seconds,
@@ -376,7 +435,11 @@ def _finish(
         from s3.viz.train_plots import plot_learning_curve
 
         val_points = [
-            {"env_steps": p["env_steps"], "mean_completion": p["val_score"], "completion_rate": p["val_completion_rate"]}
+            {
+                "env_steps": p["env_steps"],
+                "mean_completion": p["val_score"],
+                "completion_rate": p["val_completion_rate"],
+            }
             for p in loop["curve"]
             if "val_score" in p
         ]
@@ -390,7 +453,11 @@ def _finish(
         )
     wall = clock.elapsed
     train.update(
-        {"wall_s": round(wall, 1), "env_steps_per_s": round(env_steps / max(wall, 1e-9), 1), "over_budget_s": round(max(0.0, wall - clock.budget_s), 1)}
+        {
+            "wall_s": round(wall, 1),
+            "env_steps_per_s": round(env_steps / max(wall, 1e-9), 1),
+            "over_budget_s": round(max(0.0, wall - clock.budget_s), 1),
+        }
     )
     summary = json_safe(
         {
@@ -398,7 +465,9 @@ def _finish(
             **train,
             "validation": validation,
             "learning_curve": loop["curve"],
-            "reward_curve": [{"iteration": it, "env_steps": (it + 1) * loop["steps_per_it"], "mean_reward": v} for it, v in rewards],
+            "reward_curve": [
+                {"iteration": it, "env_steps": (it + 1) * loop["steps_per_it"], "mean_reward": v} for it, v in rewards
+            ],
             "policy_folder": str(folder),
             "mlflow_run_id": None if run is None else run.run_id,
         }

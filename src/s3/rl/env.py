@@ -101,11 +101,15 @@ class DistilledEnv(TaskVecEnv):
         self._hold_v, self._hold_u = self._hold_throttle_table()
         self._hold_dv = float(self._hold_v[1] - self._hold_v[0])
         with torch.inference_mode():
-            self.observer = Observer.for_params(TrackBatch(list(tracks), ds=params.track_ds, device=self.device), params, n, self.device)
+            self.observer = Observer.for_params(
+                TrackBatch(list(tracks), ds=params.track_ds, device=self.device), params, n, self.device
+            )
             self.frame = self.observer.frame
             self.layout = self.observer.layout
             self.num_obs = self.layout.dim
-            self.rules = Rules(n, self.dt, ends or EndRules.training(params), params.reward, self.max_episode_length, self.device)
+            self.rules = Rules(
+                n, self.dt, ends or EndRules.training(params), params.reward, self.max_episode_length, self.device
+            )
             k, dev = self.model.history, self.device
             self._hs, self._ha = Window(n, k, 4, dev), Window(n, k, 3, dev)
             self.action_prev = torch.zeros(n, 2, device=dev)
@@ -165,14 +169,18 @@ class DistilledEnv(TaskVecEnv):
         state = torch.stack([vv, zero, zero, zero], dim=1)
         cmd = torch.stack([zero, uu, zero], dim=1)
         mu = torch.ones_like(vv) if self.model.use_mu else None
-        vx1 = self.model.step(state[:, None].expand(-1, k, -1).contiguous(), cmd[:, None].expand(-1, k, -1).contiguous(), cmd, mu)[:, 0]
+        vx1 = self.model.step(
+            state[:, None].expand(-1, k, -1).contiguous(), cmd[:, None].expand(-1, k, -1).contiguous(), cmd, mu
+        )[:, 0]
         f = (vx1 - vv).reshape(n_v, n_u)
         f = torch.where(torch.isfinite(f), f, torch.full_like(f, float("inf")))
         above = f >= 0
         j = torch.where(above.any(dim=1), above.float().argmax(dim=1), torch.full((n_v,), n_u - 1, device=dev))
         jm = (j - 1).clamp(min=0)
         f0, f1 = f.gather(1, jm[:, None])[:, 0], f.gather(1, j[:, None])[:, 0]
-        frac = torch.where((j > 0) & torch.isfinite(f1) & (f1 > f0), -f0 / (f1 - f0).clamp(min=1e-9), torch.zeros_like(f0))
+        frac = torch.where(
+            (j > 0) & torch.isfinite(f1) & (f1 > f0), -f0 / (f1 - f0).clamp(min=1e-9), torch.zeros_like(f0)
+        )
         hold = (u[jm] + frac.clamp(0, 1) * (u[j] - u[jm])).clamp(0.0, 1.0)
         hold = torch.where(above.any(dim=1), hold, torch.ones_like(hold))
         hold[0] = 0.0  # at rest: all zeros
@@ -210,7 +218,10 @@ class DistilledEnv(TaskVecEnv):
     @torch.inference_mode()
     def reset(self) -> TensorDict:
         """Reset every car (random starts) and return the observations."""
-        self._reset_idx(torch.arange(self.num_envs, device=self.device), sample_starts(self.tracks, self.num_envs, self.params, self.generator))
+        self._reset_idx(
+            torch.arange(self.num_envs, device=self.device),
+            sample_starts(self.tracks, self.num_envs, self.params, self.generator),
+        )
         self.obs = self.observer.compute()
         return self.get_observations()
 
@@ -261,7 +272,12 @@ class DistilledEnv(TaskVecEnv):
             "Env/progress_per_step": ds.mean(),
             **{f"reward/{k}": out.terms[k].mean() for k in TERMS},
         }
-        extras: dict[str, Any] = {"time_outs": out.time_out, "log": log, "reason": out.reason, "progress": self.progress.clone()}
+        extras: dict[str, Any] = {
+            "time_outs": out.time_out,
+            "log": log,
+            "reason": out.reason,
+            "progress": self.progress.clone(),
+        }
         if self.auto_reset:
             ids = dones.nonzero(as_tuple=False).squeeze(1)
             if ids.numel():

@@ -42,7 +42,18 @@ OPSET = 18  # the oldest opset torch's exporter writes natively (its default is 
 EXPORT_FORMAT = "s3-policy-onnx-1"
 # What a run measured about itself rather than about the policy: kept out of policy.json (the
 # stage's metrics file has them), so the same weights and params give the same file bytes.
-RUN_ONLY_KEYS = frozenset({"mlflow_run_id", "wall_s", "rl_wall_s", "ppo_wall_s", "validation_wall_s", "over_budget_s", "env_steps_per_s", "ppo_steps_per_s"})
+RUN_ONLY_KEYS = frozenset(
+    {
+        "mlflow_run_id",
+        "wall_s",
+        "rl_wall_s",
+        "ppo_wall_s",
+        "validation_wall_s",
+        "over_budget_s",
+        "env_steps_per_s",
+        "ppo_steps_per_s",
+    }
+)
 
 
 class DeployedPolicy(nn.Module):
@@ -111,7 +122,13 @@ def as_callable(module: nn.Module, recurrent: bool) -> Callable[[Tensor], Tensor
 
 def export_spec(module: nn.Module) -> dict[str, Any]:
     """How to call the exported graph of `module` (a DeployedPolicy or DeployedRecurrentPolicy): policy.json's "export"."""
-    spec: dict[str, Any] = {"file": EXPORT, "format": EXPORT_FORMAT, "opset": OPSET, "inputs": ["obs"], "outputs": ["cmd"]}
+    spec: dict[str, Any] = {
+        "file": EXPORT,
+        "format": EXPORT_FORMAT,
+        "opset": OPSET,
+        "inputs": ["obs"],
+        "outputs": ["cmd"],
+    }
     if isinstance(module, DeployedRecurrentPolicy):
         spec.update(
             inputs=["obs", "h"],
@@ -154,9 +171,15 @@ def export_onnx(module: nn.Module, obs_dim: int) -> bytes:
     shapes = ({0: batch}, {1: batch}) if recurrent else ({0: batch},)
     with _quiet_exporter():
         program = torch.onnx.export(
-            module.eval(), args, dynamo=True, opset_version=OPSET, dynamic_shapes=shapes,
-            input_names=spec["inputs"], output_names=spec["outputs"], verbose=False,
-        )  # fmt: skip
+            module.eval(),
+            args,
+            dynamo=True,
+            opset_version=OPSET,
+            dynamic_shapes=shapes,
+            input_names=spec["inputs"],
+            output_names=spec["outputs"],
+            verbose=False,
+        )
     model = program.model_proto
     _canonical_names(model.graph, keep={*spec["inputs"], *spec["outputs"], *module.state_dict()})
     _strip_provenance(model.graph)
@@ -247,7 +270,9 @@ def load_deployed(folder: str | Path, device: str | torch.device = "cpu") -> tup
     return deployable(actor, saved_steer_full_speed(meta)).to(device), meta
 
 
-def load_policy_fn(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Callable[[Tensor], Tensor], dict[str, Any]]:
+def load_policy_fn(
+    folder: str | Path, device: str | torch.device = "cpu"
+) -> tuple[Callable[[Tensor], Tensor], dict[str, Any]]:
     """A ready obs -> command callable from policies/<name>/ (fresh recurrent state)."""
     module, meta = load_deployed(folder, device)
     return as_callable(module, meta["policy"]["recurrent"]), meta

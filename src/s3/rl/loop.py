@@ -81,7 +81,9 @@ class PPOTrainer:
         self.alg.train_mode()
         for _ in range(n):
             t0 = time.perf_counter()
-            logs: dict[str, list[torch.Tensor]] = collections.defaultdict(list)  # kept on the env's device until the iteration ends
+            logs: dict[str, list[torch.Tensor]] = collections.defaultdict(
+                list
+            )  # kept on the env's device until the iteration ends
             with torch.inference_mode():
                 for _ in range(self.steps_per_env):
                     actions = self.alg.act(obs)
@@ -106,7 +108,9 @@ class PPOTrainer:
             points["Policy/mean_std"] = float(self.actor.output_std.detach().mean())
             points["Perf/total_fps"] = self.steps_per_iteration / max(t_total, 1e-9)
             points["Perf/collection_time"], points["Perf/learning_time"] = t_collect, t_total - t_collect
-            points.update({k: statistics.fmean(torch.cat(v).tolist()) for k, v in logs.items()})  # one host sync per key and iteration
+            points.update(
+                {k: statistics.fmean(torch.cat(v).tolist()) for k, v in logs.items()}
+            )  # one host sync per key and iteration
             if self._returns:
                 points["Train/mean_reward"] = statistics.fmean(self._returns)
                 points["Train/mean_episode_length"] = statistics.fmean(self._lengths)
@@ -114,10 +118,14 @@ class PPOTrainer:
             self.iteration += 1
         return curve
 
-    def _book(self, rewards: torch.Tensor, dones: torch.Tensor, log: dict[str, Any], logs: dict[str, list[torch.Tensor]]) -> None:
+    def _book(
+        self, rewards: torch.Tensor, dones: torch.Tensor, log: dict[str, Any], logs: dict[str, list[torch.Tensor]]
+    ) -> None:
         """Episode returns and lengths (rsl_rl's bookkeeping), and the env's per-step log values."""
         for key, value in log.items():
-            logs[key if "/" in key else f"Episode/{key}"].append(torch.as_tensor(value, dtype=torch.float32).reshape(-1))
+            logs[key if "/" in key else f"Episode/{key}"].append(
+                torch.as_tensor(value, dtype=torch.float32).reshape(-1)
+            )
         self._return += rewards
         self._length += 1
         ended = dones > 0
@@ -133,7 +141,11 @@ class PPOTrainer:
             raise NonFiniteUpdate(self.iteration, f"loss ({', '.join(bad)})")
         for name in ("actor", "critic"):  # the weights and the buffers (the observation normalizer's mean and variance)
             module = getattr(self.alg, name)
-            if not all(bool(torch.isfinite(p).all()) for p in (*module.parameters(), *module.buffers()) if p.is_floating_point()):
+            if not all(
+                bool(torch.isfinite(p).all())
+                for p in (*module.parameters(), *module.buffers())
+                if p.is_floating_point()
+            ):
                 raise NonFiniteUpdate(self.iteration, f"loss ({name} weights or normalizer became non-finite)")
 
     @torch.inference_mode()
@@ -265,7 +277,9 @@ class CheckpointChoice(Protocol):
 class Hooks:
     """What the caller does around each chunk (all optional)."""
 
-    on_chunk: Callable[[int, Curve, dict[str, Any]], None] | None = None  # done, the chunk's curve, its checkpoint report
+    on_chunk: Callable[[int, Curve, dict[str, Any]], None] | None = (
+        None  # done, the chunk's curve, its checkpoint report
+    )
     between: Callable[[], None] | None = None  # change the env before the next chunk (refresh the track pool)
     after: Callable[[int], None] | None = None  # the chunk is complete (save a resume file)
 
@@ -278,7 +292,9 @@ class LoopResult:
     stopped_by: str
 
 
-def train_loop(trainer: PPOTrainer, budget: Budget, choice: CheckpointChoice, hooks: Hooks | None = None, done: int = 0) -> LoopResult:
+def train_loop(
+    trainer: PPOTrainer, budget: Budget, choice: CheckpointChoice, hooks: Hooks | None = None, done: int = 0
+) -> LoopResult:
     """Chunks of PPO iterations until the budget says stop (from `done` iterations, for a resumed run)."""
     hooks = hooks or Hooks()
     curve: Curve = []

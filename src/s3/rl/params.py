@@ -33,7 +33,9 @@ class RewardParams(_Section):
     off_track: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when leaving the road (terminates)")
     backwards: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when turned around or reversing (terminates)")
     stall: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when stalled (terminates)")
-    action_rate: float = Field(0.02, ge=0.0, le=100.0, description="penalty weight on |a[t] - a[t-1]|^2 (policy action)")
+    action_rate: float = Field(
+        0.02, ge=0.0, le=100.0, description="penalty weight on |a[t] - a[t-1]|^2 (policy action)"
+    )
 
 
 class EnvParams(_Section):
@@ -45,25 +47,45 @@ class EnvParams(_Section):
     preview_points: int = Field(20, ge=1, le=200, description="centerline preview points")
     preview_spacing: float = Field(5.0, gt=0.0, le=50.0, description="metres between preview points")
     surface_label: bool = Field(False, description="observe the friction under and ahead of the car")
-    surface_ahead: list[float] = Field(default_factory=lambda: [5.0, 10.0, 20.0, 35.0, 50.0], description="metres ahead for the friction preview")
-    steer_full_speed: float = Field(
-        0.0, ge=0.0, le=100.0, description="speed-sensitive steering: above this (m/s) the steering range shrinks as 1/v^2 (s3.task.actions); 0 = off"
+    surface_ahead: list[float] = Field(
+        default_factory=lambda: [5.0, 10.0, 20.0, 35.0, 50.0], description="metres ahead for the friction preview"
     )
-    off_track_margin: float = Field(0.0, ge=-5.0, le=10.0, description="metres beyond the road edge still counted on track (car centre)")
-    backwards_heading: float = Field(1.75, gt=0.5, le=3.15, description="|heading error| (rad) that ends an episode as 'backwards'")
-    backwards_distance: float = Field(5.0, gt=0.0, le=1000.0, description="net reverse progress (m) that ends an episode")
-    stall_seconds: float = Field(5.0, gt=0.0, le=3600.0, description="an episode ends if progress stays below stall_distance this long")
+    steer_full_speed: float = Field(
+        0.0,
+        ge=0.0,
+        le=100.0,
+        description="speed-sensitive steering: above this (m/s) the steering range shrinks as 1/v^2 (s3.task.actions); 0 = off",
+    )
+    off_track_margin: float = Field(
+        0.0, ge=-5.0, le=10.0, description="metres beyond the road edge still counted on track (car centre)"
+    )
+    backwards_heading: float = Field(
+        1.75, gt=0.5, le=3.15, description="|heading error| (rad) that ends an episode as 'backwards'"
+    )
+    backwards_distance: float = Field(
+        5.0, gt=0.0, le=1000.0, description="net reverse progress (m) that ends an episode"
+    )
+    stall_seconds: float = Field(
+        5.0, gt=0.0, le=3600.0, description="an episode ends if progress stays below stall_distance this long"
+    )
     stall_distance: float = Field(2.0, gt=0.0, le=1000.0, description="metres of progress that restart the stall clock")
     max_speed: float = Field(80.0, gt=1.0, le=1000.0, description="|(vx, vy)| above this is an absurd model output")
     max_yaw_rate: float = Field(15.0, gt=0.1, le=1000.0, description="|yaw rate| above this is an absurd model output")
-    max_steer: float = Field(1.5, gt=0.1, le=10.0, description="|steer| (road-wheel angle, rad) above this is an absurd model output")
+    max_steer: float = Field(
+        1.5, gt=0.1, le=10.0, description="|steer| (road-wheel angle, rad) above this is an absurd model output"
+    )
     init_speed_min: float = Field(0.0, ge=0.0, le=60.0, description="initial speed range (m/s)")
     init_speed_max: float = Field(15.0, ge=0.0, le=60.0)
-    init_lateral: float = Field(0.5, ge=0.0, le=1.0, description="initial lateral offset as a fraction of the half width")
+    init_lateral: float = Field(
+        0.5, ge=0.0, le=1.0, description="initial lateral offset as a fraction of the half width"
+    )
     init_heading: float = Field(0.15, ge=0.0, le=1.0, description="initial heading error range (rad, uniform +-)")
     projection_window: int = Field(8, ge=2, le=256, description="segments searched either side of the last projection")
     track_ds: float = Field(1.0, gt=0.05, le=10.0, description="resampling of the tracks inside the env (m)")
-    compile_model: bool = Field(False, description="torch.compile the transformer families' network (~1.2-1.3x env steps/s on CPU; compiles on the first step)")
+    compile_model: bool = Field(
+        False,
+        description="torch.compile the transformer families' network (~1.2-1.3x env steps/s on CPU; compiles on the first step)",
+    )
     reward: RewardParams = RewardParams()
 
     @model_validator(mode="after")
@@ -82,8 +104,15 @@ class CircuitTrackParams(_Section):
 
     corners_min: int = Field(6, ge=3, le=40)
     corners_max: int = Field(12, ge=3, le=40)
-    hairpin_probability: float = Field(0.25, ge=0.0, le=1.0, description="share of 120-180 degree corners (R hairpin_radius_min..max)")
-    sweeper_probability: float = Field(0.25, ge=0.0, le=1.0, description="share of 20-60 degree corners at R 60-250 m; the rest: 40-120 degrees at R 14-60 m")
+    hairpin_probability: float = Field(
+        0.25, ge=0.0, le=1.0, description="share of 120-180 degree corners (R hairpin_radius_min..max)"
+    )
+    sweeper_probability: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="share of 20-60 degree corners at R 60-250 m; the rest: 40-120 degrees at R 14-60 m",
+    )
     hairpin_radius_min: float = Field(12.0, ge=8.0, le=100.0)
     hairpin_radius_max: float = Field(25.0, ge=8.0, le=100.0)
     straight_min: float = Field(25.0, ge=10.0, le=2000.0)
@@ -114,11 +143,19 @@ class TrackPoolParams(_Section):
     """Procedural training and validation tracks (friction patch density and range live in `procedural`)."""
 
     pool_size: int = Field(64, ge=1, le=4096, description="training tracks in the env at once")
-    refresh_fraction: float = Field(0.25, ge=0.0, le=1.0, description="share of the pool replaced by new tracks after every chunk")
-    validation_tracks: int = Field(32, ge=1, le=256, description="held-out procedural tracks for checkpoint selection (x validation_starts runs)")
+    refresh_fraction: float = Field(
+        0.25, ge=0.0, le=1.0, description="share of the pool replaced by new tracks after every chunk"
+    )
+    validation_tracks: int = Field(
+        32, ge=1, le=256, description="held-out procedural tracks for checkpoint selection (x validation_starts runs)"
+    )
     validation_starts: int = Field(2, ge=1, le=64, description="start points per validation track")
-    mirror_probability: float = Field(0.5, ge=0.0, le=1.0, description="chance a track is mirrored (left turns become right turns)")
-    circuit_fraction: float = Field(0.5, ge=0.0, le=1.0, description="share of circuit-style tracks (the rest: spline blobs)")
+    mirror_probability: float = Field(
+        0.5, ge=0.0, le=1.0, description="chance a track is mirrored (left turns become right turns)"
+    )
+    circuit_fraction: float = Field(
+        0.5, ge=0.0, le=1.0, description="share of circuit-style tracks (the rest: spline blobs)"
+    )
     base_mu_min: float = Field(1.0, gt=0.0, le=2.0, description="grip outside patches, sampled per training track")
     base_mu_max: float = Field(1.0, gt=0.0, le=2.0)
     procedural: ProceduralTrackParams = Field(default_factory=_training_tracks)
@@ -177,11 +214,22 @@ class DirectParams(_Section):
         "route's whole wall clock for one family (collect + distill + its K seeds' training) on the same machine; the report checks it",
     )
     workers: int = Field(0, ge=0, le=256, description="simulator worker processes (0 = one per core)")
-    num_envs: int = Field(32, ge=1, le=4096, description="source-simulator cars stepped together (about 1000 control steps/s per core)")
-    num_steps_per_env: int = Field(32, ge=2, le=1024, description="PPO rollout length per car (replaces ppo.num_steps_per_env)")
+    num_envs: int = Field(
+        32, ge=1, le=4096, description="source-simulator cars stepped together (about 1000 control steps/s per core)"
+    )
+    num_steps_per_env: int = Field(
+        32, ge=2, le=1024, description="PPO rollout length per car (replaces ppo.num_steps_per_env)"
+    )
     chunk_iterations: int = Field(25, ge=1, le=100000, description="PPO iterations between validations")
-    pool_size: int = Field(16, ge=1, le=1024, description="training tracks at once (each worker keeps a friction raster per track, ~5-15 MB)")
-    validation: bool = Field(True, description="keep the best checkpoint by source-simulator validation (else the last one)")
+    pool_size: int = Field(
+        16,
+        ge=1,
+        le=1024,
+        description="training tracks at once (each worker keeps a friction raster per track, ~5-15 MB)",
+    )
+    validation: bool = Field(
+        True, description="keep the best checkpoint by source-simulator validation (else the last one)"
+    )
     validation_seconds: float | None = Field(
         None,
         gt=0.0,
@@ -209,20 +257,35 @@ class TrainParams(_Section):
         description="where the seeds are compared: 'model' = the in-model validation score; 'source' = the same score in the source "
         "simulator on the first source_validation_tracks validation tracks (s3.rl.source_selection; sim.backend mujoco)",
     )
-    source_validation_tracks: int = Field(16, ge=1, le=4096, description="validation tracks driven in the source when seed_selection is 'source'")
+    source_validation_tracks: int = Field(
+        16, ge=1, le=4096, description="validation tracks driven in the source when seed_selection is 'source'"
+    )
     seed_workers: int = Field(
-        0, ge=0, le=64, description="seed runs trained at once, one process each (0 = as many as the CPU cores hold at torch_threads each)"
+        0,
+        ge=0,
+        le=64,
+        description="seed runs trained at once, one process each (0 = as many as the CPU cores hold at torch_threads each)",
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     torch_threads: int = Field(0, ge=0, le=256, description="torch intra-op threads (0 = torch default)")
-    max_env_steps: int = Field(6_000_000, ge=1, le=10**11, description="the budget: stop after this many environment steps")
+    max_env_steps: int = Field(
+        6_000_000, ge=1, le=10**11, description="the budget: stop after this many environment steps"
+    )
     max_minutes: float = Field(
-        12.0, gt=0.0, le=10000.0, description="safety cap: stop PPO after this wall time (checked between chunks; the result then depends on the machine)"
+        12.0,
+        gt=0.0,
+        le=10000.0,
+        description="safety cap: stop PPO after this wall time (checked between chunks; the result then depends on the machine)",
     )
     chunk_iterations: int = Field(20, ge=1, le=100000, description="PPO iterations between validations")
-    validation_min_speed: float = Field(6.0, gt=0.5, le=100.0, description="a validation lap must average at least this (m/s)")
+    validation_min_speed: float = Field(
+        6.0, gt=0.5, le=100.0, description="a validation lap must average at least this (m/s)"
+    )
     validation_tolerance: float = Field(
-        0.1, ge=0.0, le=1.0, description="keep the latest checkpoint scoring within this of the best (0: the best; see s3.rl.train)"
+        0.1,
+        ge=0.0,
+        le=1.0,
+        description="keep the latest checkpoint scoring within this of the best (0: the best; see s3.rl.train)",
     )
     road_course_check: bool = Field(
         True,
@@ -247,7 +310,9 @@ class TrainParams(_Section):
                 self.for_policy(name)
             except ValidationError as e:
                 first = e.errors()[0]
-                raise ValueError(f"per_policy.{name}.{'.'.join(str(k) for k in first['loc'])}: {first['msg']}") from None
+                raise ValueError(
+                    f"per_policy.{name}.{'.'.join(str(k) for k in first['loc'])}: {first['msg']}"
+                ) from None
         return self
 
     def for_policy(self, name: str) -> TrainParams:

@@ -84,7 +84,9 @@ def make_runner(env: Any, ppo: PPOParams, device: str | torch.device, silent: bo
         return OnPolicyRunner(env, runner_config(ppo), log_dir=None, device=str(device))
 
 
-def build_actor(obs_dim: int, num_actions: int, actor_cfg: dict[str, Any], device: str | torch.device = "cpu") -> torch.nn.Module:
+def build_actor(
+    obs_dim: int, num_actions: int, actor_cfg: dict[str, Any], device: str | torch.device = "cpu"
+) -> torch.nn.Module:
     """An untrained actor of the given config (for loading saved weights)."""
     from rsl_rl.utils import resolve_class
 

@@ -29,7 +29,9 @@ from s3.rl.tracks import TrackPool
 RESUME_FORMAT = "s3-train-resume-3"  # 3: s3.rl.loop's trainer state
 
 
-def resume_fingerprint(params: TrainParams, family: str, model: DynamicsModel, validation_seed: int | None = None) -> str:
+def resume_fingerprint(
+    params: TrainParams, family: str, model: DynamicsModel, validation_seed: int | None = None
+) -> str:
     """What a resumed run must share with the killed one: params, family, validation tracks, dynamics model, s3 version."""
     h = hashlib.sha256()
     blob = {"params": params.model_dump(mode="json", exclude=SELECTION_ONLY), "family": family, "s3": __version__}
@@ -53,7 +55,9 @@ def save_resume(path: Path, state: dict[str, Any]) -> None:
         torch.save(state, tmp)
 
 
-def load_resume(path: Path, fingerprint: str, device: torch.device, say: Callable[[str], None]) -> dict[str, Any] | None:
+def load_resume(
+    path: Path, fingerprint: str, device: torch.device, say: Callable[[str], None]
+) -> dict[str, Any] | None:
     """The saved runner state if it belongs to this run (weights_only: no code from the file runs)."""
     if not path.exists():
         return None
@@ -71,8 +75,16 @@ def load_resume(path: Path, fingerprint: str, device: torch.device, say: Callabl
     return state
 
 
-def resume_state(fingerprint: str, trainer: PPOTrainer, env: DistilledEnv, done_it: int, t_ppo: float, wall_s: float,
-                  refreshes: int, checkpoints: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+def resume_state(
+    fingerprint: str,
+    trainer: PPOTrainer,
+    env: DistilledEnv,
+    done_it: int,
+    t_ppo: float,
+    wall_s: float,
+    refreshes: int,
+    checkpoints: list[dict[str, Any]],
+) -> dict[str, Any]:
     """Everything a killed run needs to go on: tensors and plain types only (weights_only-loadable)."""
     return {
         "format": RESUME_FORMAT,
@@ -89,7 +101,9 @@ def resume_state(fingerprint: str, trainer: PPOTrainer, env: DistilledEnv, done_
     }
 
 
-def restore(state: dict[str, Any], trainer: PPOTrainer, env: DistilledEnv, pool: TrackPool) -> tuple[int, float, int, list[dict[str, Any]]]:
+def restore(
+    state: dict[str, Any], trainer: PPOTrainer, env: DistilledEnv, pool: TrackPool
+) -> tuple[int, float, int, list[dict[str, Any]]]:
     """Put a saved state back: weights, optimizer, iteration, track pool, RNG, counters, the chunks' checkpoints."""
     trainer.restore(state["trainer"])
     for _ in range(int(state["refreshes"])):  # the pool is a pure function of its seed and refresh count

@@ -33,7 +33,23 @@ from s3.task.rules import REASONS, TIME_OUT, EndRules
 from s3.tracks.track import Track
 
 Policy = Callable[[Tensor], Tensor]
-TRAJECTORY_KEYS = ("t", "x", "y", "yaw", "vx", "vy", "yaw_rate", "steer", "steering_cmd", "throttle_cmd", "brake_cmd", "mu", "s", "d", "progress")
+TRAJECTORY_KEYS = (
+    "t",
+    "x",
+    "y",
+    "yaw",
+    "vx",
+    "vy",
+    "yaw_rate",
+    "steer",
+    "steering_cmd",
+    "throttle_cmd",
+    "brake_cmd",
+    "mu",
+    "s",
+    "d",
+    "progress",
+)
 
 
 @dataclass
@@ -55,7 +71,14 @@ class EpisodeBatch:
 
     def part(self, rows: slice) -> EpisodeBatch:
         """The episodes `rows` of this batch (without trajectories), e.g. one policy's share of a shared run."""
-        return EpisodeBatch(self.completed[rows], self.lap_time[rows], self.progress[rows], self.lap_length[rows], self.reason[rows], self.steps[rows])
+        return EpisodeBatch(
+            self.completed[rows],
+            self.lap_time[rows],
+            self.progress[rows],
+            self.lap_length[rows],
+            self.reason[rows],
+            self.steps[rows],
+        )
 
     def summary(self) -> dict[str, Any]:
         done = self.completed
@@ -139,7 +162,9 @@ def run_episodes(
     return out
 
 
-def lap_loop(step: Callable[[Tensor], tuple[Tensor, Tensor]], length: Tensor, limit_steps: Tensor, dt: float) -> EpisodeBatch:
+def lap_loop(
+    step: Callable[[Tensor], tuple[Tensor, Tensor]], length: Tensor, limit_steps: Tensor, dt: float
+) -> EpisodeBatch:
     """Step M cars until each has lapped, failed or used its `limit_steps` [M].
 
     `step(active [M] bool)` advances the env one control period and returns (net progress [M],
@@ -213,7 +238,26 @@ def drive_lap(
     device: str | torch.device = "cpu",
 ) -> LapResult:
     """One lap of `track` from (start_s, start_d) at start_speed; trajectory arrays [T + 1]."""
-    out = run_episodes(policy, model, [track], [0], [start_s], env_params, start_d, start_speed, max_seconds, record=True, device=device)
+    out = run_episodes(
+        policy,
+        model,
+        [track],
+        [0],
+        [start_s],
+        env_params,
+        start_d,
+        start_speed,
+        max_seconds,
+        record=True,
+        device=device,
+    )
     traj = {k: v[: int(out.steps[0]) + 1, 0] for k, v in (out.trajectory or {}).items()}
     lt = float(out.lap_time[0])
-    return LapResult(bool(out.completed[0]), lt if math.isfinite(lt) else None, float(out.progress[0]), float(out.lap_length[0]), out.reason[0], traj)
+    return LapResult(
+        bool(out.completed[0]),
+        lt if math.isfinite(lt) else None,
+        float(out.progress[0]),
+        float(out.lap_length[0]),
+        out.reason[0],
+        traj,
+    )

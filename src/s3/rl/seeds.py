@@ -93,7 +93,10 @@ def _finished(folder: Path, params: TrainParams, model_folder: Path, validation_
     try:  # policy.json has no wall clock or run id: the summary a (killed) run left beside the candidate does
         return json.loads(_summary_path(folder).read_text())
     except (OSError, ValueError):  # e.g. copied out of a finished policy's seeds/: its training time is not known
-        return {**{k: meta.get(k) for k in ("family", "validation", "road_course_nominal", "train")}, "mlflow_run_id": None}
+        return {
+            **{k: meta.get(k) for k in ("family", "validation", "road_course_nominal", "train")},
+            "mlflow_run_id": None,
+        }
 
 
 def _summary_path(folder: Path) -> Path:
@@ -102,31 +105,47 @@ def _summary_path(folder: Path) -> Path:
 
 
 def _train_candidate(
-    family: str, model_folder: str, folder: str, plot_path: str, params: TrainParams, validation_seed: int, run: Run | Recorder | None,
+    family: str,
+    model_folder: str,
+    folder: str,
+    plot_path: str,
+    params: TrainParams,
+    validation_seed: int,
+    run: Run | Recorder | None,
     model_label: str | None = None,
-) -> tuple[dict[str, Any], list]:  # fmt: skip
+) -> tuple[dict[str, Any], list]:
     """One seed, in a worker process, logging into `run`: (summary, learning curve)."""
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.env import resolve_device
     from s3.rl.train import train_policy_curve
 
     model = load_checkpoint(Path(model_folder), family, resolve_device(params.device))
-    summary, curve = train_policy_curve(model, folder, plot_path, params, family, run, model_folder, validation_seed, model_label)  # type: ignore[arg-type]
+    summary, curve = train_policy_curve(
+        model, folder, plot_path, params, family, run, model_folder, validation_seed, model_label
+    )  # type: ignore[arg-type]
     write_json_atomic(_summary_path(Path(folder)), summary)  # a re-run that reuses this candidate reads it
     return summary, curve
 
 
 def _train_shipped(
-    family: str, model_label: str, model_files: Files, seed_name: str, candidate_files: Files, params: TrainParams, validation_seed: int,
+    family: str,
+    model_label: str,
+    model_files: Files,
+    seed_name: str,
+    candidate_files: Files,
+    params: TrainParams,
+    validation_seed: int,
     run_id: str | None,
-) -> tuple[dict[str, Any], list, Files, Recorder | None]:  # fmt: skip
+) -> tuple[dict[str, Any], list, Files, Recorder | None]:
     """`_train_candidate` on a worker that shares no files with the stage (a Ray node): the model and
     the candidate's files so far (a resume file) come as bytes; (summary, curve, the candidate's
     files relative to its .seeds/<name>/ folder, its MLflow calls) go back."""
     with unpacked(model_files) as model_dir, unpacked(candidate_files) as root:
         recorder = Recorder(run_id, root) if run_id is not None else None
         folder = root / seed_name
-        summary, curve = _train_candidate(family, str(model_dir), str(folder), str(folder / CURVE), params, validation_seed, recorder, model_label)
+        summary, curve = _train_candidate(
+            family, str(model_dir), str(folder), str(folder / CURVE), params, validation_seed, recorder, model_label
+        )
         return summary, curve, pack(root), recorder
 
 
@@ -177,22 +196,49 @@ def train_seeds(
             todo.append(p)
     if todo:
         tags = {"s3.kind": "seed", "s3.policy": name, "s3.model": family}
-        seed_runs = {p.seed: run.child(f"{name}-seed{p.seed}", {**tags, "s3.seed": str(p.seed)}) if run else None for p in todo}
+        seed_runs = {
+            p.seed: run.child(f"{name}-seed{p.seed}", {**tags, "s3.seed": str(p.seed)}) if run else None for p in todo
+        }
         # locally, seed jobs fork from a server that imported torch, the trainer and MLflow once (s3.compute, s3.workers)
-        executor = executor_for(compute, "train", seed_workers(params), TRAIN_WORKER_PRELOAD, f"train {name}", progress=True)
+        executor = executor_for(
+            compute, "train", seed_workers(params), TRAIN_WORKER_PRELOAD, f"train {name}", progress=True
+        )
         if executor.shared_fs:
             jobs = [
-                Job(f"{name} seed {p.seed}", _train_candidate, (family, str(model_folder), str(root / f"seed{p.seed}"), str(root / f"seed{p.seed}" / CURVE), p,
-                                                                params.seed, seed_runs[p.seed]))
+                Job(
+                    f"{name} seed {p.seed}",
+                    _train_candidate,
+                    (
+                        family,
+                        str(model_folder),
+                        str(root / f"seed{p.seed}"),
+                        str(root / f"seed{p.seed}" / CURVE),
+                        p,
+                        params.seed,
+                        seed_runs[p.seed],
+                    ),
+                )
                 for p in todo
-            ]  # fmt: skip
+            ]
         else:  # the model and each candidate's files travel with its job; only this process writes them and logs to MLflow
             model_files = pack(model_folder)
             jobs = [
-                Job(f"{name} seed {p.seed}", _train_shipped, (family, str(model_folder), model_files, f"seed{p.seed}", _candidate_files(root, p.seed), p,
-                                                              params.seed, getattr(seed_runs[p.seed], "run_id", None)))
+                Job(
+                    f"{name} seed {p.seed}",
+                    _train_shipped,
+                    (
+                        family,
+                        str(model_folder),
+                        model_files,
+                        f"seed{p.seed}",
+                        _candidate_files(root, p.seed),
+                        p,
+                        params.seed,
+                        getattr(seed_runs[p.seed], "run_id", None),
+                    ),
+                )
                 for p in todo
-            ]  # fmt: skip
+            ]
         finished: set[int] = set()
 
         def keep(i: int, o: Outcome) -> None:
@@ -204,7 +250,9 @@ def train_seeds(
             results[p.seed], curves[p.seed] = o.value[:2]
             if not executor.shared_fs:
                 _, _, files, recorder = o.value
-                if recorder is not None:  # into MLflow first, from a copy: a kill after it leaves no candidate that looks finished
+                if (
+                    recorder is not None
+                ):  # into MLflow first, from a copy: a kill after it leaves no candidate that looks finished
                     with unpacked(files) as copy:
                         recorder.replay(seed_runs[p.seed], copy)
                 _clear_candidate(root, p.seed)  # what was shipped (a resume file) goes; what came back replaces it
@@ -224,22 +272,36 @@ def train_seeds(
                 if seed_run is not None and seed not in finished:
                     seed_run.finish("FAILED")
     table = [
-        {"seed": s, "validation_score": r["validation"]["score"], "iteration": r["validation"]["iteration"], "env_steps": r["train"]["env_steps"],
-         "wall_s": r["train"].get("wall_s"), "mlflow_run_id": r["mlflow_run_id"]}
+        {
+            "seed": s,
+            "validation_score": r["validation"]["score"],
+            "iteration": r["validation"]["iteration"],
+            "env_steps": r["train"]["env_steps"],
+            "wall_s": r["train"].get("wall_s"),
+            "mlflow_run_id": r["mlflow_run_id"],
+        }
         for s, r in sorted(results.items())
-    ]  # fmt: skip
+    ]
     rule = "best validation score on the shared held-out procedural tracks (ties: lowest seed); the road course is not used"
     t_select = time.perf_counter()
     if source_scorer is not None:
         for row, scored in zip(table, source_scorer([root / f"seed{r['seed']}" for r in table])):
             row["source"] = scored
         rule = "best lap share in the source simulator on the shared held-out procedural tracks (ties: the in-model score, then the lowest seed); the road course is not used"
-    key = {r["seed"]: (r["source"]["score"] if "source" in r else r["validation_score"], r["validation_score"], -r["seed"]) for r in table}
+    key = {
+        r["seed"]: (r["source"]["score"] if "source" in r else r["validation_score"], r["validation_score"], -r["seed"])
+        for r in table
+    }
     best = max(key, key=key.__getitem__)
     if run is not None:
         run.log_curve(curves.get(best, []), prefix="train/")
         run.log_metrics({"train/selected_seed": best})
-    selection = {"selected_seed": best, "in": "source" if source_scorer is not None else "model", "rule": rule, "seeds": table}
+    selection = {
+        "selected_seed": best,
+        "in": "source" if source_scorer is not None else "model",
+        "rule": rule,
+        "seeds": table,
+    }
     final = out_dir / name
     src = root / f"seed{best}"
     for f in (WEIGHTS, EXPORT):
@@ -264,8 +326,22 @@ def train_seeds(
     else:  # reused candidates trained in an earlier call: their own walls, side by side in rounds of `workers` (one unknown: not measured)
         walls = [r["wall_s"] for r in table]
         rl_wall = None if None in walls else -(-len(runs) // workers) * max(walls) + (time.perf_counter() - t_select)
-    timing = {"wall_s": round(wall, 1), "rl_wall_s": None if rl_wall is None else round(rl_wall, 1),
-              "reused_seeds": sorted(set(results) - {p.seed for p in todo}), "workers": workers}  # fmt: skip
-    first = results[params.seed].get("checkpoints")  # only the first seed keeps its chunks' checkpoints (s3.rl.checkpoints)
-    kept = {"checkpoints": {**first, "folder": f"seeds/seed{params.seed}/checkpoints", "seed": params.seed}} if first else {}
-    return {**{k: v for k, v in results[best].items() if k != "checkpoints"}, **kept, "seed_selection": {**selection, **timing}}
+    timing = {
+        "wall_s": round(wall, 1),
+        "rl_wall_s": None if rl_wall is None else round(rl_wall, 1),
+        "reused_seeds": sorted(set(results) - {p.seed for p in todo}),
+        "workers": workers,
+    }
+    first = results[params.seed].get(
+        "checkpoints"
+    )  # only the first seed keeps its chunks' checkpoints (s3.rl.checkpoints)
+    kept = (
+        {"checkpoints": {**first, "folder": f"seeds/seed{params.seed}/checkpoints", "seed": params.seed}}
+        if first
+        else {}
+    )
+    return {
+        **{k: v for k, v in results[best].items() if k != "checkpoints"},
+        **kept,
+        "seed_selection": {**selection, **timing},
+    }

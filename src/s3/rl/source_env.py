@@ -69,7 +69,9 @@ class SourceWorkerError(RuntimeError):
 class _SimWorker:
     """The cars of one worker process (runs there)."""
 
-    def __init__(self, sim: SimParams, tracks: Sequence[Track], n_cars: int, aids: DriverAidsParams | None = None) -> None:
+    def __init__(
+        self, sim: SimParams, tracks: Sequence[Track], n_cars: int, aids: DriverAidsParams | None = None
+    ) -> None:
         from s3.sim.factory import make_sim
 
         self.cars = [make_sim(sim, aids) for _ in range(n_cars)]
@@ -124,7 +126,9 @@ def _row(st: Any) -> tuple[float, ...]:
     return (st.x, st.y, st.yaw, st.vx, st.vy, st.yaw_rate, st.steer)
 
 
-def _worker_main(conn: Connection, sim: SimParams, tracks: Sequence[Track], n_cars: int, aids: DriverAidsParams | None, parent: int) -> None:
+def _worker_main(
+    conn: Connection, sim: SimParams, tracks: Sequence[Track], n_cars: int, aids: DriverAidsParams | None, parent: int
+) -> None:
     """Serve (method, args) requests until "close" or until process `parent` (the env's) goes away."""
     exit_with_parent(parent)  # the executor's orphan watch (s3.workers): a killed trainer leaves no simulators
     worker = None
@@ -168,7 +172,14 @@ def resolve_workers(workers: int, num_envs: int) -> int:
 class _Workers:
     """W simulator processes; car j lives in worker w for bounds[w] <= j < bounds[w + 1]."""
 
-    def __init__(self, sim: SimParams, tracks: Sequence[Track], counts: Sequence[int], timeout_s: float, aids: DriverAidsParams | None = None) -> None:
+    def __init__(
+        self,
+        sim: SimParams,
+        tracks: Sequence[Track],
+        counts: Sequence[int],
+        timeout_s: float,
+        aids: DriverAidsParams | None = None,
+    ) -> None:
         self.timeout_s = float(timeout_s)
         self.bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.procs: list[Any] = []
@@ -177,7 +188,12 @@ class _Workers:
         try:
             for w, n in enumerate(counts):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker_main, args=(child, sim, list(tracks), int(n), aids, os.getpid()), name=f"s3-source-{w}", daemon=True)
+                proc = ctx.Process(
+                    target=_worker_main,
+                    args=(child, sim, list(tracks), int(n), aids, os.getpid()),
+                    name=f"s3-source-{w}",
+                    daemon=True,
+                )
                 proc.start()
                 child.close()
                 self.procs.append(proc)
@@ -200,7 +216,9 @@ class _Workers:
             status, value = conn.recv()
         except (EOFError, OSError):
             proc.join(1.0)
-            raise SourceWorkerError(f"source-sim worker {w} (pid {proc.pid}) died (exit code {proc.exitcode})") from None
+            raise SourceWorkerError(
+                f"source-sim worker {w} (pid {proc.pid}) died (exit code {proc.exitcode})"
+            ) from None
         if status == "error":
             raise SourceWorkerError(f"source-sim worker {w} (pid {proc.pid}) failed:\n{value}")
         return value
@@ -211,7 +229,9 @@ class _Workers:
             try:
                 self.conns[w].send(req)
             except (BrokenPipeError, OSError):
-                raise SourceWorkerError(f"source-sim worker {w} (pid {self.procs[w].pid}) died (exit code {self.procs[w].exitcode})") from None
+                raise SourceWorkerError(
+                    f"source-sim worker {w} (pid {self.procs[w].pid}) died (exit code {self.procs[w].exitcode})"
+                ) from None
         return {w: self._recv(w) for w in requests}
 
     def owner(self, ids: np.ndarray) -> np.ndarray:
@@ -276,7 +296,9 @@ class _RayWorkers(_Workers):
         ray, r = connect(compute), compute.resources.source_env
         want = {"CPU": r.num_cpus, "GPU": r.num_gpus}
         t0 = time.monotonic()
-        while (room := sum(fits(n, want) for n in per_node(ray, free=True))) < 1 and time.monotonic() - t0 < ROOM_WAIT_S:
+        while (
+            room := sum(fits(n, want) for n in per_node(ray, free=True))
+        ) < 1 and time.monotonic() - t0 < ROOM_WAIT_S:
             time.sleep(0.25)  # actors just killed free their CPUs a moment later
         if room < 1:
             free = ray.available_resources()
@@ -285,7 +307,11 @@ class _RayWorkers(_Workers):
                 f"{free.get('CPU', 0.0):g} CPUs and {free.get('GPU', 0.0):g} GPUs free now (other jobs or actors hold the rest): lower them, or add nodes"
             )
         if room < wanted:
-            print(f"source env: {room} Ray actors, not {wanted}: the cluster has room for {room} now", file=sys.stderr, flush=True)
+            print(
+                f"source env: {room} Ray actors, not {wanted}: the cluster has room for {room} now",
+                file=sys.stderr,
+                flush=True,
+            )
         return min(wanted, room)
 
     def __len__(self) -> int:
@@ -316,7 +342,10 @@ class _RayWorkers(_Workers):
         for a in actors:
             self.ray.kill(a)
         t0 = time.monotonic()
-        while self.ray.available_resources().get("CPU", 0.0) < before + self.held_cpus - 1e-6 and time.monotonic() - t0 < ROOM_WAIT_S:
+        while (
+            self.ray.available_resources().get("CPU", 0.0) < before + self.held_cpus - 1e-6
+            and time.monotonic() - t0 < ROOM_WAIT_S
+        ):
             time.sleep(0.1)
 
 
@@ -338,14 +367,21 @@ class SourceVecEnv(TaskVecEnv):
         holds_cpus: bool = True,
     ) -> None:
         if sim.backend != "mujoco":
-            raise ValueError(f"SourceVecEnv steps many cars in parallel: it needs sim.backend 'mujoco', not {sim.backend!r} (one BeamNG instance is one world)")
+            raise ValueError(
+                f"SourceVecEnv steps many cars in parallel: it needs sim.backend 'mujoco', not {sim.backend!r} (one BeamNG instance is one world)"
+            )
         self.params = params = params or EnvParams()
         self.device = torch.device("cpu")  # the simulators live on the CPU; rsl_rl moves obs to its device
         self.num_envs = int(num_envs)
         self.dt = float(sim.control_dt)
         self.max_episode_length = max(1, int(round(params.episode_seconds / self.dt)))
         self.auto_reset = auto_reset
-        self.cfg: dict[str, Any] = {"env": params.model_dump(mode="json"), "family": "direct", "dt": self.dt, "sim": sim.backend}
+        self.cfg: dict[str, Any] = {
+            "env": params.model_dump(mode="json"),
+            "family": "direct",
+            "dt": self.dt,
+            "sim": sim.backend,
+        }
         self.generator = torch.Generator()
         self.generator.manual_seed(int(seed))
         n = self.num_envs
@@ -369,7 +405,9 @@ class SourceVecEnv(TaskVecEnv):
             counts = [len(c) for c in np.array_split(np.arange(n), w)]
             self.workers: _Workers = _RayWorkers(sim, tracks, counts, timeout_s, aids, compute, holds_cpus)
         else:
-            self.workers = _Workers(sim, tracks, counts=[len(c) for c in np.array_split(np.arange(n), w)], timeout_s=timeout_s, aids=aids)
+            self.workers = _Workers(
+                sim, tracks, counts=[len(c) for c in np.array_split(np.arange(n), w)], timeout_s=timeout_s, aids=aids
+            )
         try:
             self.reset()
         except BaseException:
@@ -399,12 +437,21 @@ class SourceVecEnv(TaskVecEnv):
     @torch.inference_mode()
     def reset(self) -> TensorDict:
         """Every car to a random start (DistilledEnv's distribution); returns the observations."""
-        self._restart(torch.arange(self.num_envs), sample_starts(self.frame.tracks, self.num_envs, self.params, self.generator))
+        self._restart(
+            torch.arange(self.num_envs), sample_starts(self.frame.tracks, self.num_envs, self.params, self.generator)
+        )
         self.obs = self.observer.compute()
         return self.get_observations()
 
     @torch.inference_mode()
-    def reset_to(self, track_idx: Tensor, s: Tensor, d: Tensor | float = 0.0, heading_offset: Tensor | float = 0.0, speed: Tensor | float = 0.0) -> TensorDict:
+    def reset_to(
+        self,
+        track_idx: Tensor,
+        s: Tensor,
+        d: Tensor | float = 0.0,
+        heading_offset: Tensor | float = 0.0,
+        speed: Tensor | float = 0.0,
+    ) -> TensorDict:
         """Deterministic starts for every car (validation); returns the observations."""
         n = self.num_envs
         full = lambda x: torch.as_tensor(x, dtype=torch.float32).expand(n).clone()
@@ -422,7 +469,11 @@ class SourceVecEnv(TaskVecEnv):
         every = changed is None or len(tracks) != old
         changed = range(len(tracks)) if every else list(changed)
         self.workers.call({w: ("set_tracks", ({k: tracks[k] for k in changed},)) for w in range(len(self.workers))})
-        mask = torch.ones(self.num_envs, dtype=torch.bool) if every else torch.isin(self.frame.track_idx, torch.as_tensor(list(changed), dtype=torch.long))
+        mask = (
+            torch.ones(self.num_envs, dtype=torch.bool)
+            if every
+            else torch.isin(self.frame.track_idx, torch.as_tensor(list(changed), dtype=torch.long))
+        )
         ids = mask.nonzero(as_tuple=False).squeeze(1)
         if ids.numel():
             self._restart(ids, sample_starts(tb, ids.numel(), self.params, self.generator))
@@ -451,7 +502,12 @@ class SourceVecEnv(TaskVecEnv):
             "Env/progress_per_step": ds.mean(),
             **{f"reward/{k}": out.terms[k].mean() for k in TERMS},
         }
-        extras: dict[str, Any] = {"time_outs": out.time_out, "log": log, "reason": out.reason, "progress": progress.clone()}
+        extras: dict[str, Any] = {
+            "time_outs": out.time_out,
+            "log": log,
+            "reason": out.reason,
+            "progress": progress.clone(),
+        }
         if self.auto_reset:
             ids = dones.nonzero(as_tuple=False).squeeze(1)
             if ids.numel():
@@ -483,7 +539,9 @@ class SourceVecEnv(TaskVecEnv):
     def _simulate(self, cmd: Tensor, active: Tensor) -> tuple[Tensor, Tensor]:
         """Step every worker's cars in parallel; states [N, 7] (float32) and failures [N]."""
         c, a, b = cmd.numpy().astype(np.float64), active.numpy(), self.workers.bounds
-        out = self.workers.call({w: ("step", (c[b[w] : b[w + 1]], a[b[w] : b[w + 1]])) for w in range(len(self.workers))})
+        out = self.workers.call(
+            {w: ("step", (c[b[w] : b[w + 1]], a[b[w] : b[w + 1]])) for w in range(len(self.workers))}
+        )
         states = np.concatenate([out[w][0] for w in range(len(self.workers))])
         failed = np.concatenate([out[w][1] for w in range(len(self.workers))])
         return torch.from_numpy(states).float(), torch.from_numpy(failed)

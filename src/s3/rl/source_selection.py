@@ -41,7 +41,9 @@ def source_scores(folders: Sequence[Path], root: Any, tp: TrainParams) -> list[d
     loaded = [load_policy_fn(folder) for folder in folders]
     env_params = policy_env_params(loaded[0][1])  # the seeds of one policy share their env params
     if any(policy_env_params(meta) != env_params for _, meta in loaded[1:]):
-        raise ValueError(f"{', '.join(map(str, folders))}: candidates trained with different env params cannot share one source env")
+        raise ValueError(
+            f"{', '.join(map(str, folders))}: candidates trained with different env params cannot share one source env"
+        )
     k, m = len(loaded), len(ti)
     policies = [policy for policy, _ in loaded]
 
@@ -50,12 +52,20 @@ def source_scores(folders: Sequence[Path], root: Any, tp: TrainParams) -> list[d
 
     # every candidate at once, interleaved so that each worker holds an equal share of each: the
     # stragglers of one candidate's runs overlap the other's instead of following them
-    with SourceVecEnv(tracks, root.sim, env_params, num_envs=m * k, seed=tp.seed, auto_reset=False, compute=root.compute) as env:
-        obs = env.reset_to(torch.as_tensor(np.repeat(ti, k)), torch.as_tensor(np.repeat(s, k), dtype=torch.float32))["policy"]
-        batch = source_episodes(env, policy, obs, torch.ceil(env.track_length() / tp.validation_min_speed / env.dt).long())
+    with SourceVecEnv(
+        tracks, root.sim, env_params, num_envs=m * k, seed=tp.seed, auto_reset=False, compute=root.compute
+    ) as env:
+        obs = env.reset_to(torch.as_tensor(np.repeat(ti, k)), torch.as_tensor(np.repeat(s, k), dtype=torch.float32))[
+            "policy"
+        ]
+        batch = source_episodes(
+            env, policy, obs, torch.ceil(env.track_length() / tp.validation_min_speed / env.dt).long()
+        )
     out = []
     for j in range(k):
         part = batch.part(slice(j, None, k))
         summary = part.summary()
-        out.append({**summary, "score": summary["mean_completion"], "car_steps": int(part.steps.sum()), "tracks": len(tracks)})
+        out.append(
+            {**summary, "score": summary["mean_completion"], "car_steps": int(part.steps.sum()), "tracks": len(tracks)}
+        )
     return out

@@ -32,10 +32,13 @@ from s3.rl import TRAIN_WORKER_PRELOAD
 from s3.workers import forkserver_context, prestart
 
 
-def train_one(name: str, root: Any, models_dir: str | Path, out_dir: str | Path, plots_dir: str | Path,
-              metrics_dir: str | Path) -> dict[str, Any]:  # fmt: skip
+def train_one(
+    name: str, root: Any, models_dir: str | Path, out_dir: str | Path, plots_dir: str | Path, metrics_dir: str | Path
+) -> dict[str, Any]:
     """Train the policy `name` with `root.train.for_policy(name)`, logged to MLflow; returns its summary."""
-    if name != "direct" and root.train.for_policy(name).seeds > 1:  # the seed workers' forkserver imports while this process does (s3.workers)
+    if (
+        name != "direct" and root.train.for_policy(name).seeds > 1
+    ):  # the seed workers' forkserver imports while this process does (s3.workers)
         prestart(forkserver_context(TRAIN_WORKER_PRELOAD))
     run = tracking.family_run_safely(name)
     try:
@@ -48,8 +51,15 @@ def train_one(name: str, root: Any, models_dir: str | Path, out_dir: str | Path,
     return summary
 
 
-def _train(name: str, root: Any, models_dir: str | Path, out_dir: str | Path, plots_dir: str | Path, metrics_dir: str | Path,
-           run: tracking.Run | None) -> dict[str, Any]:  # fmt: skip
+def _train(
+    name: str,
+    root: Any,
+    models_dir: str | Path,
+    out_dir: str | Path,
+    plots_dir: str | Path,
+    metrics_dir: str | Path,
+    run: tracking.Run | None,
+) -> dict[str, Any]:
     """The training of `train_one`, logging into `run`."""
     tp = root.train.for_policy(name)
     if name == "direct":
@@ -76,18 +86,28 @@ def _train(name: str, root: Any, models_dir: str | Path, out_dir: str | Path, pl
             from s3.rl.source_selection import source_scores
 
             scorer = functools.partial(source_scores, root=root, tp=tp)
-        summary = train_seeds(name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp, scorer, run, root.compute)
+        summary = train_seeds(
+            name, family, model_folder, out_dir, Path(plots_dir) / f"{name}.png", tp, scorer, run, root.compute
+        )
         if not_in_source is not None:
             summary["seed_selection"] = {**summary["seed_selection"], "source_choice_not_run": not_in_source}
     else:
         model = load_checkpoint(model_folder, family, resolve_device(tp.device))
-        summary = train_policy(model, Path(out_dir) / name, Path(plots_dir) / f"{name}.png", tp, family, run, model_folder)
+        summary = train_policy(
+            model, Path(out_dir) / name, Path(plots_dir) / f"{name}.png", tp, family, run, model_folder
+        )
     summary = {"policy": name, **summary}
     write_json_atomic(Path(metrics_dir) / f"{name}.json", summary)
     return summary
 
 
-def train_policies(names: list[str], root: Any, models_dir: str | Path, out_dir: str | Path, plots_dir: str | Path,
-                   metrics_dir: str | Path) -> dict[str, dict[str, Any]]:  # fmt: skip
+def train_policies(
+    names: list[str],
+    root: Any,
+    models_dir: str | Path,
+    out_dir: str | Path,
+    plots_dir: str | Path,
+    metrics_dir: str | Path,
+) -> dict[str, dict[str, Any]]:
     """`train_one` for each name in turn."""
     return {n: train_one(n, root, models_dir, out_dir, plots_dir, metrics_dir) for n in names}

@@ -37,7 +37,14 @@ VALIDATION_SEED_BASE = 2**30
 def mirrored(track: Track) -> Track:
     """The mirror image (x, -y): every left turn becomes a right turn; widths and patches follow."""
     patches = [FrictionPatch(p.s_start, p.s_end, -p.d_max, -p.d_min, p.mu) for p in track.patches]
-    return Track(f"{track.name}_mirrored", track.centerline * np.array([1.0, -1.0]), track.w_right, track.w_left, patches, track.base_mu)
+    return Track(
+        f"{track.name}_mirrored",
+        track.centerline * np.array([1.0, -1.0]),
+        track.w_right,
+        track.w_left,
+        patches,
+        track.base_mu,
+    )
 
 
 def _with_base_mu(track: Track, mu: float) -> Track:
@@ -84,7 +91,9 @@ class TrackPool:
 
 def make_track(seed: int, params: TrackPoolParams, circuit: bool) -> Track:
     """A spline-blob or circuit procedural track for `seed` (friction patches per `params.procedural`)."""
-    return circuit_track(seed, params.circuit, params.procedural) if circuit else procedural_track(seed, params.procedural)
+    return (
+        circuit_track(seed, params.circuit, params.procedural) if circuit else procedural_track(seed, params.procedural)
+    )
 
 
 def validation_tracks(params: TrackPoolParams, seed: int = 0, first: int | None = None) -> list[Track]:
@@ -121,7 +130,9 @@ def _corner_profile(turn: float, radius: float) -> np.ndarray:
 def _corners(rng: np.random.Generator, p: CircuitTrackParams) -> list[tuple[float, float]] | None:
     """(turn [rad], radius [m]) per corner, turning +360 degrees in total, or None."""
     n = int(rng.integers(p.corners_min, p.corners_max + 1))
-    kinds = rng.choice(3, size=n, p=[p.hairpin_probability, 1.0 - p.hairpin_probability - p.sweeper_probability, p.sweeper_probability])
+    kinds = rng.choice(
+        3, size=n, p=[p.hairpin_probability, 1.0 - p.hairpin_probability - p.sweeper_probability, p.sweeper_probability]
+    )
     lo = np.array([120.0, 40.0, 20.0])[kinds]
     hi = np.array([180.0, 120.0, 60.0])[kinds]
     mag = rng.uniform(lo, hi)
@@ -153,7 +164,9 @@ def _layout(corners: list[tuple[float, float]], straights: np.ndarray) -> tuple[
     return xy, np.array(straight_heading), kappa
 
 
-def circuit_track(seed: int, params: CircuitTrackParams | None = None, surface: ProceduralTrackParams | None = None) -> Track:
+def circuit_track(
+    seed: int, params: CircuitTrackParams | None = None, surface: ProceduralTrackParams | None = None
+) -> Track:
     """A random closed circuit of straights and clothoid-eased constant-radius corners (pure function of seed).
 
     The straights are stretched by the least-squares change that closes the loop exactly (the
@@ -191,7 +204,11 @@ def circuit_track(seed: int, params: CircuitTrackParams | None = None, surface: 
             continue
         w0 = rng.uniform(surface.width_min, surface.width_max)
         amp = 0.5 * rng.uniform(0.0, surface.width_max - surface.width_min)
-        w = np.clip(w0 + amp * np.sin(2 * np.pi * rng.integers(1, 4) * s_new / arc[-1] + rng.uniform(0, 2 * np.pi)), surface.width_min, surface.width_max)
+        w = np.clip(
+            w0 + amp * np.sin(2 * np.pi * rng.integers(1, 4) * s_new / arc[-1] + rng.uniform(0, 2 * np.pi)),
+            surface.width_min,
+            surface.width_max,
+        )
         try:
             track = Track(f"circuit_{seed}", pts, w / 2, w / 2)
         except TrackError:

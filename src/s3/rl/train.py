@@ -124,7 +124,23 @@ def train_policy_curve(
 
     val_tracks = validation_tracks(params.tracks, validation_seed)
     try:
-        return _train(model, env, pool, val_tracks, validation_seed, folder, plot_path, params, family, run, model_folder, device, t_start, say, model_label)
+        return _train(
+            model,
+            env,
+            pool,
+            val_tracks,
+            validation_seed,
+            folder,
+            plot_path,
+            params,
+            family,
+            run,
+            model_folder,
+            device,
+            t_start,
+            say,
+            model_label,
+        )
     finally:
         if run is not None:
             run.flush()  # a worker process may end right after: its writes must be done
@@ -175,7 +191,10 @@ def _train(
         rewards = [v for t, _, v in curve if t == "Train/mean_reward"]
         if run is not None:
             run.log_curve(chunk, prefix="train/")
-            run.log_metrics({"train/env_steps": done * steps_per_it, "train/invalid_model_steps": env.invalid_model_steps}, step=done - 1)
+            run.log_metrics(
+                {"train/env_steps": done * steps_per_it, "train/invalid_model_steps": env.invalid_model_steps},
+                step=done - 1,
+            )
         say(
             f"train {family}: it {done}/{max_it}  {done * steps_per_it / 1e6:.2f} M steps  reward {rewards[-1] if rewards else float('nan'):.2f}  {time.perf_counter() - t_start:.0f} s"
         )
@@ -192,14 +211,23 @@ def _train(
     def save(done: int) -> None:
         saved_at[0] = done
         wall = time.perf_counter() - t_start
-        save_resume(resume_file, resume_state(fingerprint, trainer, env, done, t_ppo0 + trainer.seconds, wall, refreshes, choice.checkpoints))
+        save_resume(
+            resume_file,
+            resume_state(
+                fingerprint, trainer, env, done, t_ppo0 + trainer.seconds, wall, refreshes, choice.checkpoints
+            ),
+        )
 
     try:
         loop = train_loop(trainer, budget, choice, Hooks(on_chunk, refresh, save), done=done_it)
     except NonFiniteUpdate as e:
         if run is not None:  # the learning curve up to the failure
             run.log_curve(e.curve, prefix="train/")
-        kept = f"kept the last good state in {resume_file} (iteration {saved_at[0]})" if resume_file.exists() else "no good state had been saved yet"
+        kept = (
+            f"kept the last good state in {resume_file} (iteration {saved_at[0]})"
+            if resume_file.exists()
+            else "no good state had been saved yet"
+        )
         raise TrainError(f"{folder}: {e}; training stopped, {kept}") from None
     done_it, t_ppo, stopped_by = loop.iterations, t_ppo0 + loop.ppo_s, loop.stopped_by
     best = choice.choose(trainer)
@@ -208,13 +236,31 @@ def _train(
     actor.eval()
     if run is not None:
         for h in history:
-            run.log_metrics({"val/score": h["score"], "val/completion_rate": h["completion_rate"], "val/mean_lap_time_s": h["mean_lap_time_s"]}, h["iteration"])
-    say(f"train {family}: validated {len(history)} checkpoints in {t_val:.0f} s: " + " ".join(f"{h['score']:.2f}" for h in history))
+            run.log_metrics(
+                {
+                    "val/score": h["score"],
+                    "val/completion_rate": h["completion_rate"],
+                    "val/mean_lap_time_s": h["mean_lap_time_s"],
+                },
+                h["iteration"],
+            )
+    say(
+        f"train {family}: validated {len(history)} checkpoints in {t_val:.0f} s: "
+        + " ".join(f"{h['score']:.2f}" for h in history)
+    )
 
     # road course, nominal: information only (never used for selection)
-    road: dict[str, Any] = {"completed": None, "lap_time_s": None, "completion": None, "reason": "not run", "length_m": None}
+    road: dict[str, Any] = {
+        "completed": None,
+        "lap_time_s": None,
+        "completion": None,
+        "reason": "not run",
+        "length_m": None,
+    }
     if params.road_course_check:
-        policy = as_callable(deployable(actor, params.env.steer_full_speed).to(device), bool(getattr(actor, "is_recurrent", False)))
+        policy = as_callable(
+            deployable(actor, params.env.steer_full_speed).to(device), bool(getattr(actor, "is_recurrent", False))
+        )
         lap = drive_lap(policy, model, road_course("nominal"), params.env, device=device)
         road = {
             "completed": lap.completed,
@@ -252,7 +298,9 @@ def _train(
             "selection": f"the latest checkpoint scoring within {params.validation_tolerance} of the best ({max(h['score'] for h in history):.4f})",
             "iteration": best["iteration"],
             "env_steps": best["env_steps"],
-            "track_seeds": [VALIDATION_SEED_BASE + validation_seed * 1000 + i for i in range(params.tracks.validation_tracks)],
+            "track_seeds": [
+                VALIDATION_SEED_BASE + validation_seed * 1000 + i for i in range(params.tracks.validation_tracks)
+            ],
             "starts_per_track": params.tracks.validation_starts,
             "min_speed_m_s": params.validation_min_speed,
             **{k: v for k, v in best["summary"].items() if k not in ("score",)},
@@ -279,7 +327,9 @@ def _train(
     meta = json_safe(meta)
     save_policy(folder, actor, critic, meta)
     kept_chunks = None
-    if validation_seed == params.seed:  # the first seed (or a lone run) keeps every chunk's checkpoint (s3.rl.checkpoints)
+    if (
+        validation_seed == params.seed
+    ):  # the first seed (or a lone run) keeps every chunk's checkpoint (s3.rl.checkpoints)
         write_checkpoints(folder, choice.checkpoints, meta)
         kept_chunks = {
             "folder": "checkpoints",
@@ -295,7 +345,9 @@ def _train(
     if plot_path is not None:
         from s3.viz.train_plots import plot_learning_curve
 
-        plot_learning_curve(plot_path, curve, history, steps_per_it, f"{family}: PPO in the distilled environment", best["env_steps"])
+        plot_learning_curve(
+            plot_path, curve, history, steps_per_it, f"{family}: PPO in the distilled environment", best["env_steps"]
+        )
     if run is not None:  # a Run never raises: MLflow trouble cannot lose the trained policy
         run.log_metrics(
             {
@@ -312,7 +364,9 @@ def _train(
         f"train {family}: kept iteration {best['iteration']} (val {best['score']:.3f}); road course nominal: {road['reason']} {road['lap_time_s']} s; {wall:.0f} s -> {folder}"
     )
     summary = {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
-    if kept_chunks is not None:  # their wall clocks (train clock at each chunk's end), which the byte-stable index leaves out
+    if (
+        kept_chunks is not None
+    ):  # their wall clocks (train clock at each chunk's end), which the byte-stable index leaves out
         summary["checkpoints"] = kept_chunks
     return summary, curve
 
@@ -333,7 +387,9 @@ def train(
     device = resolve_device(params.device)
     model_folder = Path(models_dir) / family
     model = load_checkpoint(model_folder, family, device)
-    summary = train_policy(model, Path(out_dir) / family, Path(plots_dir) / f"{family}.png", params, family, run, model_folder)
+    summary = train_policy(
+        model, Path(out_dir) / family, Path(plots_dir) / f"{family}.png", params, family, run, model_folder
+    )
     if metrics_dir is not None:
         write_json_atomic(Path(metrics_dir) / f"{family}.json", summary)
     return summary

@@ -22,13 +22,21 @@ from s3.rl.rollout import EpisodeBatch, run_episodes
 from s3.rl.tracks import start_grid
 
 
-def validate(actor: torch.nn.Module, model: DynamicsModel, tracks: list, params: TrainParams, device: torch.device) -> dict[str, Any]:
+def validate(
+    actor: torch.nn.Module, model: DynamicsModel, tracks: list, params: TrainParams, device: torch.device
+) -> dict[str, Any]:
     """Deterministic episodes of `actor` on the validation tracks; the summary and the score."""
     return validate_checkpoints(actor, [actor.state_dict()], model, tracks, params, device)[0]
 
 
-def validate_checkpoints(actor: torch.nn.Module, states: list[dict[str, torch.Tensor]], model: DynamicsModel, tracks: list,
-                         params: TrainParams, device: torch.device) -> list[dict[str, Any]]:  # fmt: skip
+def validate_checkpoints(
+    actor: torch.nn.Module,
+    states: list[dict[str, torch.Tensor]],
+    model: DynamicsModel,
+    tracks: list,
+    params: TrainParams,
+    device: torch.device,
+) -> list[dict[str, Any]]:
     """Each actor state in `states` driven on the validation tracks: one summary with its score per state.
 
     All checkpoints drive in one env (`drive_checkpoints`): a 64-car env step is almost all
@@ -44,8 +52,14 @@ def validate_checkpoints(actor: torch.nn.Module, states: list[dict[str, torch.Te
     return summaries
 
 
-def drive_checkpoints(actor: torch.nn.Module, states: list[dict[str, torch.Tensor]], model: DynamicsModel, tracks: list,
-                      params: TrainParams, device: torch.device) -> EpisodeBatch:  # fmt: skip
+def drive_checkpoints(
+    actor: torch.nn.Module,
+    states: list[dict[str, torch.Tensor]],
+    model: DynamicsModel,
+    tracks: list,
+    params: TrainParams,
+    device: torch.device,
+) -> EpisodeBatch:
     """The validation episodes of every state (loaded into `actor`, left holding the last), k * m cars:
     checkpoint j drives rows j*m .. (j+1)*m - 1, from the same start grid.
 
@@ -69,7 +83,14 @@ def drive_checkpoints(actor: torch.nn.Module, states: list[dict[str, torch.Tenso
     compiled = model.inference_compile
     try:
         return run_episodes(
-            policy, model, tracks, np.tile(ti, k), np.tile(s, k), params.env.model_copy(update={"compile_model": False}), max_seconds=max_seconds, device=device
+            policy,
+            model,
+            tracks,
+            np.tile(ti, k),
+            np.tile(s, k),
+            params.env.model_copy(update={"compile_model": False}),
+            max_seconds=max_seconds,
+            device=device,
         )
     finally:
         model.inference_compile = compiled  # the model is shared with the training env
@@ -93,7 +114,15 @@ class ValidateAtEnd:
     checkpoint is kept; at the end all drive the held-out procedural validation tracks in one
     batched run, and the latest within `validation_tolerance` of the best is loaded (`kept_index`)."""
 
-    def __init__(self, model: DynamicsModel, tracks: list, params: TrainParams, device: torch.device, t_start: float, checkpoints: list | None = None) -> None:
+    def __init__(
+        self,
+        model: DynamicsModel,
+        tracks: list,
+        params: TrainParams,
+        device: torch.device,
+        t_start: float,
+        checkpoints: list | None = None,
+    ) -> None:
         self.model, self.tracks, self.params, self.device, self.t_start = model, tracks, params, device, t_start
         self.checkpoints: list[dict[str, Any]] = list(checkpoints or [])  # iteration, env_steps, wall_s, actor, critic
         self.history: list[dict[str, Any]] = []
@@ -101,14 +130,24 @@ class ValidateAtEnd:
 
     def after_chunk(self, trainer: PPOTrainer, done: int) -> dict[str, Any]:
         wall = round(time.perf_counter() - self.t_start, 2)
-        self.checkpoints.append({"iteration": done - 1, "env_steps": done * trainer.steps_per_iteration, "wall_s": wall, **trainer.snapshot()})
+        self.checkpoints.append(
+            {
+                "iteration": done - 1,
+                "env_steps": done * trainer.steps_per_iteration,
+                "wall_s": wall,
+                **trainer.snapshot(),
+            }
+        )
         return {}
 
     def choose(self, trainer: PPOTrainer) -> dict[str, Any]:
         t0 = time.perf_counter()
         states = [c["actor"] for c in self.checkpoints]
         scores = validate_checkpoints(trainer.actor, states, self.model, self.tracks, self.params, self.device)
-        self.history = [{**summary, **{k: c[k] for k in ("iteration", "env_steps", "wall_s")}} for c, summary in zip(self.checkpoints, scores)]
+        self.history = [
+            {**summary, **{k: c[k] for k in ("iteration", "env_steps", "wall_s")}}
+            for c, summary in zip(self.checkpoints, scores)
+        ]
         self.seconds = time.perf_counter() - t0
         kept = kept_index([h["score"] for h in self.history], self.params.validation_tolerance)
         trainer.load(self.checkpoints[kept])

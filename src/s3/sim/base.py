@@ -54,7 +54,9 @@ class VehicleState:
     def is_finite(self) -> bool:
         """False when any field is NaN/inf: such a state must never reach a dataset."""
         scalars = np.array([self.time, self.x, self.y, self.yaw, self.vx, self.vy, self.yaw_rate, self.steer])
-        return bool(np.isfinite(scalars).all() and np.isfinite(self.wheel_speed).all() and np.isfinite(self.friction).all())
+        return bool(
+            np.isfinite(scalars).all() and np.isfinite(self.wheel_speed).all() and np.isfinite(self.friction).all()
+        )
 
 
 class SimulatorError(RuntimeError):

@@ -185,7 +185,10 @@ def road_nodes(track: Track, origin: tuple[float, float, float] = (0.0, 0.0, 0.0
     shift = 0.5 * (track.w_left - track.w_right)
     mid = xy + shift[:, None] * np.stack([-np.sin(h), np.cos(h)], axis=1)
     width = track.w_left + track.w_right
-    return [(float(x + origin[0]), float(y + origin[1]), float(origin[2]), float(w)) for (x, y), w in zip(mid, width, strict=True)]
+    return [
+        (float(x + origin[0]), float(y + origin[1]), float(origin[2]), float(w))
+        for (x, y), w in zip(mid, width, strict=True)
+    ]
 
 
 def geometry_key(track: Track) -> str:
@@ -260,13 +263,19 @@ class BeamngSim:
         vehicle = Vehicle(p.vehicle_id, model=p.vehicle_model, license="S3", **options)
         vehicle.sensors.attach("electrics", Electrics())
         x0, y0 = track.centerline[0] + self._origin
-        scenario.add_vehicle(vehicle, pos=(float(x0), float(y0), p.origin[2]), rot_quat=yaw_to_rot_quat(float(track.heading[0]), safe_spawn=False))
+        scenario.add_vehicle(
+            vehicle,
+            pos=(float(x0), float(y0), p.origin[2]),
+            rot_quat=yaw_to_rot_quat(float(track.heading[0]), safe_spawn=False),
+        )
         set_socket_timeout(bng.connection, p.load_timeout, "the BeamNG.tech connection")
         scenario.make(bng)
         bng.scenario.load(scenario)
         bng.scenario.start()
         set_socket_timeout(bng.connection, p.request_timeout, "the BeamNG.tech connection")
-        set_socket_timeout(getattr(vehicle, "connection", None), p.request_timeout, f"vehicle {p.vehicle_id}'s connection")
+        set_socket_timeout(
+            getattr(vehicle, "connection", None), p.request_timeout, f"vehicle {p.vehicle_id}'s connection"
+        )
         bng.settings.set_deterministic(p.steps_per_second)
         bng.control.pause()
         if p.shift_mode is not None:
@@ -362,10 +371,13 @@ class BeamngSim:
         if abs(turn) > p.check_heading_deg:
             cause = (
                 "rotation convention"
-                if abs(wrap_angle(got_yaw + yaw)) < math.radians(p.check_heading_deg) or abs(abs(turn) - 180.0) < p.check_heading_deg
+                if abs(wrap_angle(got_yaw + yaw)) < math.radians(p.check_heading_deg)
+                or abs(abs(turn) - 180.0) < p.check_heading_deg
                 else "heading"
             )
-            raise BeamngMismatch(f"BeamNG reset ({what}): asked heading {math.degrees(yaw):.1f} deg, got {math.degrees(got_yaw):.1f} deg: {cause}")
+            raise BeamngMismatch(
+                f"BeamNG reset ({what}): asked heading {math.degrees(yaw):.1f} deg, got {math.degrees(got_yaw):.1f} deg: {cause}"
+            )
         forward = math.cos(got_yaw) * vel[0] + math.sin(got_yaw) * vel[1]
         if abs(forward - speed) > p.check_speed_m_s:
             raise BeamngMismatch(
@@ -392,7 +404,9 @@ class BeamngSim:
     def _teleport(self, x: float, y: float, yaw: float) -> None:
         p = self.params
         pos = (float(x + p.origin[0]), float(y + p.origin[1]), float(p.origin[2]))
-        ok = self._bng.vehicles.teleport(self._vehicle, pos, rot_quat=yaw_to_rot_quat(yaw, p.safe_spawn), reset=True, safe_spawn=p.safe_spawn)
+        ok = self._bng.vehicles.teleport(
+            self._vehicle, pos, rot_quat=yaw_to_rot_quat(yaw, p.safe_spawn), reset=True, safe_spawn=p.safe_spawn
+        )
         if not ok:
             raise SimulatorError(f"BeamNG refused to teleport the vehicle to {pos}")
 

@@ -84,11 +84,17 @@ def first_contact(sim_params: Any) -> list[Check]:
                 st = sim.step(Control(0.0, 0.6, 0.0))
             ahead = (st.x - st0.x) * math.cos(st0.yaw) + (st.y - st0.y) * math.sin(st0.yaw)
             if not (st.vx > 0.5 and ahead > 0.5):
-                raise SimulatorError(f"throttle for 2 s: forward speed {st.vx:.2f} m/s, {ahead:.2f} m ahead: throttle or heading")
+                raise SimulatorError(
+                    f"throttle for 2 s: forward speed {st.vx:.2f} m/s, {ahead:.2f} m ahead: throttle or heading"
+                )
             rates = [sim.step(Control(0.5, 0.3, 0.0)).yaw_rate for _ in range(int(round(1.0 / sim.control_dt)))]
             if not np.mean(rates) > 0.02:
-                raise SimulatorError(f"steering left for 1 s: mean yaw rate {np.mean(rates):+.3f} rad/s (should be > 0): steering sign")
-            return f"throttle: {st.vx:.1f} m/s, {ahead:.1f} m ahead; steering left: yaw rate {np.mean(rates):+.2f} rad/s"
+                raise SimulatorError(
+                    f"steering left for 1 s: mean yaw rate {np.mean(rates):+.3f} rad/s (should be > 0): steering sign"
+                )
+            return (
+                f"throttle: {st.vx:.1f} m/s, {ahead:.1f} m ahead; steering left: yaw rate {np.mean(rates):+.2f} rad/s"
+            )
 
         attempt("step: throttle and steering sign", drive)
 
@@ -108,4 +114,8 @@ def first_contact(sim_params: Any) -> list[Check]:
 def verdict(checks: list[Check]) -> str:
     """One line: ready, or which checks failed."""
     bad = [c.name for c in checks if not c.ok]
-    return "verdict: ready for s3" if not bad else f"verdict: NOT ready ({len(bad)} of {len(checks)} checks failed: {', '.join(bad)})"
+    return (
+        "verdict: ready for s3"
+        if not bad
+        else f"verdict: NOT ready ({len(bad)} of {len(checks)} checks failed: {', '.join(bad)})"
+    )

@@ -67,7 +67,11 @@ def worker_sim(params: SimParams, aids: DriverAidsParams | None = None) -> Sourc
     from s3.sim.base import SimulatorLost, SimulatorUnreachable
 
     global _CACHED, _LEASE
-    key = params.model_dump_json() + (aids.model_dump_json() if aids is not None else "") + os.environ.get(INSTANCE_ENV, "")
+    key = (
+        params.model_dump_json()
+        + (aids.model_dump_json() if aids is not None else "")
+        + os.environ.get(INSTANCE_ENV, "")
+    )
     lease = _parse_lease(os.environ[LEASE_ENV]) if LEASE_ENV in os.environ else None
     stale = lease is not None and (_LEASE is None or lease != (_LEASE[0], _LEASE[1] + 1))
     if _CACHED is None or _CACHED[0] != key or stale:

@@ -99,9 +99,23 @@ class MujocoCar:
         self._gmeta = np.array([grid.x0, grid.y0, grid.res, grid.default_mu], dtype=np.float64)
         d = self.data
         self._args = (
-            d.xpos, d.xmat, d.cvel, d.subtree_com, d.qvel, d.sensordata, d.xfrc_applied, d.qfrc_applied,
-            d.ctrl, self._ids, self._kparams, self._u, self._slip, self._grid, self._gmeta, self._out,
-        )  # fmt: skip
+            d.xpos,
+            d.xmat,
+            d.cvel,
+            d.subtree_com,
+            d.qvel,
+            d.sensordata,
+            d.xfrc_applied,
+            d.qfrc_applied,
+            d.ctrl,
+            self._ids,
+            self._kparams,
+            self._u,
+            self._slip,
+            self._grid,
+            self._gmeta,
+            self._out,
+        )
 
     def _settle(self) -> tuple[np.ndarray, np.ndarray]:
         """Simulate the braked car at rest once; keep its static pose (suspension, sink) and loads."""

@@ -41,7 +41,9 @@ class MujocoCarParams(BaseModel):
     # steering (road-wheel angles)
     max_steer: float = Field(0.55, gt=0.05, le=0.8, description="rad")
     steer_rate: float = Field(1.0, gt=0.05, le=5.0, description="rad/s, road wheel")
-    ackermann: float = Field(1.0, ge=0.0, le=1.0, description="0 parallel steer, 1 full Ackermann (inner wheel steers more)")
+    ackermann: float = Field(
+        1.0, ge=0.0, le=1.0, description="0 parallel steer, 1 full Ackermann (inner wheel steers more)"
+    )
     steer_kp: float = Field(5000.0, gt=0.0, le=100000.0, description="steering servo stiffness, N m/rad")
     steer_kv: float = Field(120.0, gt=0.0, le=5000.0, description="steering servo damping, N m s/rad")
 

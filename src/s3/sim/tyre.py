@@ -81,7 +81,12 @@ def friction_at(mu: np.ndarray, x0: float, y0: float, res: float, default: float
     i0 = min(int(math.floor(fy)), ny - 2)
     tx = fx - j0
     ty = fy - i0
-    return mu[i0, j0] * (1.0 - tx) * (1.0 - ty) + mu[i0, j0 + 1] * tx * (1.0 - ty) + mu[i0 + 1, j0] * (1.0 - tx) * ty + mu[i0 + 1, j0 + 1] * tx * ty
+    return (
+        mu[i0, j0] * (1.0 - tx) * (1.0 - ty)
+        + mu[i0, j0 + 1] * tx * (1.0 - ty)
+        + mu[i0 + 1, j0] * (1.0 - tx) * ty
+        + mu[i0 + 1, j0 + 1] * tx * ty
+    )
 
 
 @njit(cache=True)

@@ -87,13 +87,17 @@ class TrackFrame:
     def load(self, tracks: Sequence[Track] | TrackBatch) -> TrackBatch:
         """Install the tracks and the tables of the fast projection and preview (cars keep their state)."""
         dev = self.device
-        self.tracks = tb = tracks if isinstance(tracks, TrackBatch) else TrackBatch(list(tracks), ds=self.track_ds, device=dev)
+        self.tracks = tb = (
+            tracks if isinstance(tracks, TrackBatch) else TrackBatch(list(tracks), ds=self.track_ds, device=dev)
+        )
         spacing = tb.length / tb.count.to(tb.length.dtype)  # [B] point spacing after resampling
         offs = torch.round(self._preview_d[None, :] / spacing[:, None]).long()
         self._preview_offs = offs = torch.minimum(offs, tb.count[:, None] - 1)  # [B, P] points ahead
         # the preview reads tables continued around the lap: row base + segment, no wrap
         extra = int(offs.max()) + 1 if offs.numel() else 1
-        (self._ahead_xy, stride), (self._ahead_seg, _), (self._ahead_w, _) = (tb.extended(v, extra) for v in (tb.xy, tb.seg, tb.widths))
+        (self._ahead_xy, stride), (self._ahead_seg, _), (self._ahead_w, _) = (
+            tb.extended(v, extra) for v in (tb.xy, tb.seg, tb.widths)
+        )
         self._ahead_base = offs + stride * torch.arange(len(tb), device=dev)[:, None]  # [B, P]
         inv_len2 = 1.0 / tb.seg_len.square().clamp(min=1e-12)
         w = self.window

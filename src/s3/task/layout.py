@@ -138,7 +138,9 @@ def assemble(
     return assemble_paired(step_history, track_feats, preview_body, interleave(preview_wl, preview_wr), surface)
 
 
-def assemble_paired(step_history: Tensor, track_feats: Tensor, preview_body: Tensor, preview_widths: Tensor, surface: Tensor | None) -> Tensor:
+def assemble_paired(
+    step_history: Tensor, track_feats: Tensor, preview_body: Tensor, preview_widths: Tensor, surface: Tensor | None
+) -> Tensor:
     """`assemble` with the widths already paired: preview_widths [N, P, 2] = (w_left, w_right)."""
     n, h1 = step_history.shape[:2]
     newest_first = torch.arange(h1 - 1, -1, -1, device=step_history.device)

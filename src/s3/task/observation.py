@@ -47,7 +47,9 @@ class Observer:
             self._hist = Window(self.n, layout.history + 1, 7, self.frame.device)
 
     @classmethod
-    def for_params(cls, tracks: Sequence[Track] | TrackBatch, params: EnvParams, num_cars: int, device: torch.device | str = "cpu") -> Observer:
+    def for_params(
+        cls, tracks: Sequence[Track] | TrackBatch, params: EnvParams, num_cars: int, device: torch.device | str = "cpu"
+    ) -> Observer:
         """The observer of a policy trained with these env params."""
         return cls(tracks, obs_layout(params), num_cars, params.track_ds, params.projection_window, device)
 
@@ -57,7 +59,9 @@ class Observer:
         return self._hist.view
 
     @torch.inference_mode()
-    def start(self, ids: Tensor, track: Tensor, pose: Tensor, state: Tensor, command: Tensor, hint: Tensor | None = None) -> None:
+    def start(
+        self, ids: Tensor, track: Tensor, pose: Tensor, state: Tensor, command: Tensor, hint: Tensor | None = None
+    ) -> None:
         """Cars `ids` [M] begin an episode on `track` [M] at pose [M, 3] with state [M, 4], command [M, 3]."""
         self.frame.place(ids, track, pose, hint)
         self._hist.fill(ids, torch.cat([state, command], dim=1))

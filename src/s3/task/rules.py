@@ -57,7 +57,13 @@ class EndRules:
     @classmethod
     def training(cls, params: EnvParams) -> EndRules:
         """The distilled env's training terminations."""
-        return cls(params.off_track_margin, params.backwards_distance, params.backwards_heading, params.stall_seconds, params.stall_distance)
+        return cls(
+            params.off_track_margin,
+            params.backwards_distance,
+            params.backwards_heading,
+            params.stall_seconds,
+            params.stall_distance,
+        )
 
 
 class JudgeParams(BaseModel):
@@ -65,11 +71,20 @@ class JudgeParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    off_track_distance: float = Field(4.0, gt=0.0, le=100.0, description="the run ends once the car centre is this far beyond the road edge (m)")
+    off_track_distance: float = Field(
+        4.0, gt=0.0, le=100.0, description="the run ends once the car centre is this far beyond the road edge (m)"
+    )
     backwards_distance: float = Field(10.0, gt=0.0, le=1000.0, description="net reverse progress (m) that ends a run")
-    stall_seconds: float = Field(8.0, gt=0.0, le=600.0, description="a run ends after this long with less than stall_distance of progress")
+    stall_seconds: float = Field(
+        8.0, gt=0.0, le=600.0, description="a run ends after this long with less than stall_distance of progress"
+    )
     stall_distance: float = Field(2.0, gt=0.0, le=100.0, description="metres of progress that restart the stall clock")
-    track_ds: float = Field(1.0, gt=0.05, le=10.0, description="resampling of the track the run is judged on (m); inside a distilled model the policy's own")
+    track_ds: float = Field(
+        1.0,
+        gt=0.05,
+        le=10.0,
+        description="resampling of the track the run is judged on (m); inside a distilled model the policy's own",
+    )
     projection_window: int = Field(16, ge=2, le=512, description="segments searched either side of the last projection")
 
     @model_validator(mode="after")
@@ -96,7 +111,15 @@ class Outcome(NamedTuple):
 class Rules:
     """Reward and ends for N cars (see the module docstring); keeps the stall clock and step count."""
 
-    def __init__(self, num_cars: int, dt: float, ends: EndRules, reward: RewardParams, max_steps: int, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        num_cars: int,
+        dt: float,
+        ends: EndRules,
+        reward: RewardParams,
+        max_steps: int,
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.ends, self.weights, self.max_steps = ends, reward, int(max_steps)
         self.stall_limit = max(1, int(round(ends.stall_seconds / dt)))
         with torch.inference_mode():
@@ -111,7 +134,15 @@ class Rules:
         self.stall_steps[ids] = 0
 
     @torch.inference_mode()
-    def judge(self, frame: TrackFrame, ds: Tensor, action: Tensor, action_prev: Tensor, invalid: Tensor, active: Tensor | None = None) -> Outcome:
+    def judge(
+        self,
+        frame: TrackFrame,
+        ds: Tensor,
+        action: Tensor,
+        action_prev: Tensor,
+        invalid: Tensor,
+        active: Tensor | None = None,
+    ) -> Outcome:
         """Judge the step that moved every car by ds [N] along its track (frame already advanced)."""
         e, w = self.ends, self.weights
         progress = frame.progress

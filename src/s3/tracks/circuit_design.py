@@ -102,7 +102,9 @@ def design(d: CircuitDesign) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[d
     else:
         base = list(np.array(base) - a.T @ np.linalg.solve(a @ a.T, gap0))
     if min(base) < d.min_straight:
-        raise SystemExit(f"{d.name}: layout does not close with straights of {d.min_straight:g} m or more: {np.round(base, 1)}")
+        raise SystemExit(
+            f"{d.name}: layout does not close with straights of {d.min_straight:g} m or more: {np.round(base, 1)}"
+        )
     xy, corners = build(d, base)
     gap = xy[-1] - xy[0]
     if np.linalg.norm(gap) > 0.5:
@@ -123,7 +125,9 @@ def check(d: CircuitDesign, pts: np.ndarray, half_width: np.ndarray) -> None:
 
     tightest = min(r for _, _, r in d.layout)
     if half_width.max() >= tightest:
-        raise SystemExit(f"{d.name}: half width {half_width.max():.2f} m is not below the tightest radius {tightest:g} m")
+        raise SystemExit(
+            f"{d.name}: half width {half_width.max():.2f} m is not below the tightest radius {tightest:g} m"
+        )
     if too_close(pts, 2.0 * half_width.max() + CLEARANCE):
         raise SystemExit(f"{d.name}: two parts of the road come within {CLEARANCE:g} m of verge of each other")
 

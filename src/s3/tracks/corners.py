@@ -79,10 +79,15 @@ def detect_corners(track: Track) -> list[Corner]:
             continue
         mag = np.abs(kappa[idx])
         tight = np.nonzero(mag >= APEX_SHARE * mag.max())[0]
-        apex = i0 + 0.5 * float(tight[0] + tight[-1] + 1)  # middle of the tightest part (a constant-radius arc's middle)
+        apex = i0 + 0.5 * float(
+            tight[0] + tight[-1] + 1
+        )  # middle of the tightest part (a constant-radius arc's middle)
         corners.append((i0, i1, apex, float(mag.max()), turn))
     corners.sort(key=lambda c: c[0] % n)
-    return [Corner(k, i0 * ds, apex * ds, (i1 + 1) * ds, 1.0 / peak, turn) for k, (i0, i1, apex, peak, turn) in enumerate(corners)]
+    return [
+        Corner(k, i0 * ds, apex * ds, (i1 + 1) * ds, 1.0 / peak, turn)
+        for k, (i0, i1, apex, peak, turn) in enumerate(corners)
+    ]
 
 
 def _runs(sign: np.ndarray, shift: int, n: int) -> list[tuple[int, int, int]]:
@@ -117,7 +122,13 @@ def _merge(runs: list[tuple[int, int, int]], gap: int, n: int) -> list[tuple[int
 def corner_radius_stats(corners: list[Corner]) -> dict[str, float | None]:
     """min / median / max corner radius, the max/min ratio and the interquartile range (m), None without corners."""
     if not corners:
-        return {"radius_min_m": None, "radius_median_m": None, "radius_max_m": None, "radius_ratio": None, "radius_iqr_m": None}
+        return {
+            "radius_min_m": None,
+            "radius_median_m": None,
+            "radius_max_m": None,
+            "radius_ratio": None,
+            "radius_iqr_m": None,
+        }
     r = np.array([c.radius for c in corners])
     q1, q3 = np.percentile(r, [25, 75])
     return {

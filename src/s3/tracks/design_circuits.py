@@ -48,7 +48,9 @@ def street_width(s: np.ndarray, length: float) -> np.ndarray:
     return 9.5 + 0.5 * np.sin(2 * np.pi * 4 * s / length + 0.3)
 
 
-STREET = CircuitDesign("street", STREET_LAYOUT, STREET_FINAL, street_width, DATA / "street.csv", min_straight=8.0, relative_closure=True)
+STREET = CircuitDesign(
+    "street", STREET_LAYOUT, STREET_FINAL, street_width, DATA / "street.csv", min_straight=8.0, relative_closure=True
+)
 
 FLOWING_LAYOUT: list[tuple[float, float, float]] = [
     (350.0, 60.0, 250.0),  # T1  long left sweeper after the main straight
@@ -71,7 +73,9 @@ def flowing_width(s: np.ndarray, length: float) -> np.ndarray:
     return 12.5 + 0.5 * np.sin(2 * np.pi * 3 * s / length + 1.1)
 
 
-FLOWING = CircuitDesign("flowing", FLOWING_LAYOUT, FLOWING_FINAL, flowing_width, DATA / "flowing.csv", relative_closure=True)
+FLOWING = CircuitDesign(
+    "flowing", FLOWING_LAYOUT, FLOWING_FINAL, flowing_width, DATA / "flowing.csv", relative_closure=True
+)
 
 SHORT_LAYOUT: list[tuple[float, float, float]] = [
     (60.0, 90.0, 25.0),  # T1  left

@@ -47,7 +47,12 @@ class FrictionGrid:
             i0 = np.minimum(np.floor(fy[inside]).astype(int), ny - 2)
             tx, ty = fx[inside] - j0, fy[inside] - i0
             m = self.mu
-            out[inside] = m[i0, j0] * (1 - tx) * (1 - ty) + m[i0, j0 + 1] * tx * (1 - ty) + m[i0 + 1, j0] * (1 - tx) * ty + m[i0 + 1, j0 + 1] * tx * ty
+            out[inside] = (
+                m[i0, j0] * (1 - tx) * (1 - ty)
+                + m[i0, j0 + 1] * tx * (1 - ty)
+                + m[i0 + 1, j0] * (1 - tx) * ty
+                + m[i0 + 1, j0 + 1] * tx * ty
+            )
         return out
 
 

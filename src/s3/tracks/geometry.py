@@ -113,7 +113,14 @@ def segments_cross(xy: np.ndarray) -> tuple[int, int] | None:
         p, r = a[i], b[i] - a[i]
         q, s = a[j], b[j] - a[j]
         proper = (cross(r, q - p) * cross(r, q + s - p) < 0) & (cross(s, p - q) * cross(s, p + r - q) < 0)
-        gap = np.minimum.reduce([point_segment_dist(q, p, r), point_segment_dist(q + s, p, r), point_segment_dist(p, q, s), point_segment_dist(p + r, q, s)])
+        gap = np.minimum.reduce(
+            [
+                point_segment_dist(q, p, r),
+                point_segment_dist(q + s, p, r),
+                point_segment_dist(p, q, s),
+                point_segment_dist(p + r, q, s),
+            ]
+        )
         hit = np.nonzero(proper | (gap < MIN_SEGMENT))[0]  # crossing, touching or overlapping
         if len(hit):
             k = hit[0]

@@ -78,7 +78,9 @@ def rule_ice_patches(track: Track, mu: float = ICE_MU) -> Labelled:
     out = []
     for a, b, label, (d_min, d_max) in placed:
         start = a % length
-        out.append((label, FrictionPatch(round(start, 2), round(start + (b - a), 2), round(d_min, 2), round(d_max, 2), mu)))
+        out.append(
+            (label, FrictionPatch(round(start, 2), round(start + (b - a), 2), round(d_min, 2), round(d_max, 2), mu))
+        )
     return out
 
 
@@ -140,7 +142,9 @@ def read_ice_csv(path: str | os.PathLike[str], track: Track | None = None) -> La
             continue
         fields = [f.strip() for f in line.split(",", 5)]
         if len(fields) < 5:
-            raise TrackError(where, f"line {lineno}: expected 5 or 6 columns {','.join(SIDECAR_COLUMNS)}, got {len(fields)}")
+            raise TrackError(
+                where, f"line {lineno}: expected 5 or 6 columns {','.join(SIDECAR_COLUMNS)}, got {len(fields)}"
+            )
         values = []
         for col, field in zip(SIDECAR_COLUMNS, fields[:5]):
             try:
@@ -162,9 +166,13 @@ def read_ice_csv(path: str | os.PathLike[str], track: Track | None = None) -> La
         if s1 == s0:
             raise TrackError(where, f"line {lineno}: empty patch (s_start_m = s_end_m = {s0:g})")
         if track is not None and abs(s1 - s0) > track.length:
-            raise TrackError(where, f"line {lineno}: patch [{s0:g}, {s1:g}] is longer than the {track.length:.1f} m lap")
+            raise TrackError(
+                where, f"line {lineno}: patch [{s0:g}, {s1:g}] is longer than the {track.length:.1f} m lap"
+            )
         label = fields[5] if len(fields) == 6 and fields[5] else f"patch {len(out) + 1} ({s0:g}-{s1:g} m)"
         out.append((label, FrictionPatch(s0, s1, d0, d1, mu)))
     if not out:
-        raise TrackError(where, "no patches (expected one line per patch: s_start_m,s_end_m,d_min_m,d_max_m,mu[,label])")
+        raise TrackError(
+            where, "no patches (expected one line per patch: s_start_m,s_end_m,d_min_m,d_max_m,mu[,label])"
+        )
     return out

@@ -25,7 +25,13 @@ class SegmentSearch:
     def __init__(self, points: np.ndarray, vectors: np.ndarray, lengths: np.ndarray) -> None:
         self.points = points
         inv = 1.0 / (lengths**2)
-        self._arrays = points[:, 0].copy(), points[:, 1].copy(), vectors[:, 0].copy(), vectors[:, 1].copy(), inv  # split by component: faster gathers
+        self._arrays = (
+            points[:, 0].copy(),
+            points[:, 1].copy(),
+            vectors[:, 0].copy(),
+            vectors[:, 1].copy(),
+            inv,
+        )  # split by component: faster gathers
 
     def __len__(self) -> int:
         return len(self.points)

@@ -109,7 +109,10 @@ class TrackBatch:
         self.widths = torch.stack([self.w_left, self.w_right], dim=1)  # [B * Mmax, 2] for one gather (gather_rows)
         # per point: the following point (flat index) and what its segment's far end adds
         i = torch.arange(mmax, device=self.device)
-        nxt = torch.where(i[None, :] + 1 < self.count[:, None], i[None, :] + 1, 0) + mmax * torch.arange(b, device=self.device)[:, None]
+        nxt = (
+            torch.where(i[None, :] + 1 < self.count[:, None], i[None, :] + 1, 0)
+            + mmax * torch.arange(b, device=self.device)[:, None]
+        )
         self.next_flat = nxt.reshape(-1)  # [B * Mmax]
         self.dheading = _wrap(self.heading[self.next_flat] - self.heading)  # heading change along the segment
         self.w_left_next, self.w_right_next = self.w_left[self.next_flat], self.w_right[self.next_flat]
@@ -193,11 +196,15 @@ class TrackBatch:
     def _heading_lerp(self, flat: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return _wrap(_take(self.heading, flat) + t * _take(self.dheading, flat))
 
-    def pose_at(self, track_idx: torch.Tensor, s: torch.Tensor, d: torch.Tensor | float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def pose_at(
+        self, track_idx: torch.Tensor, s: torch.Tensor, d: torch.Tensor | float = 0.0
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """World x, y, heading at (s, d) on each point's track (s, d broadcast to s's shape)."""
         return self.pose_at_located(*self._locate(track_idx, s), d)
 
-    def pose_at_located(self, flat: torch.Tensor, t: torch.Tensor, d: torch.Tensor | float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def pose_at_located(
+        self, flat: torch.Tensor, t: torch.Tensor, d: torch.Tensor | float = 0.0
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`pose_at` from an earlier `_locate` (flat point index, fraction along its segment)."""
         nxt = self._next(flat)
         tt = t.unsqueeze(-1)
@@ -229,7 +236,9 @@ class TrackBatch:
         return AheadSample(xy, wl, wr)
 
     # ------------------------------------------------------------------ projection
-    def _nearest(self, xy: torch.Tensor, cand: torch.Tensor, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _nearest(
+        self, xy: torch.Tensor, cand: torch.Tensor, valid: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Best flat segment index and fraction among candidates cand [n, C]."""
         ax, ay, vx, vy, inv = self._seg_parts
         vxc, vyc = vx[cand], vy[cand]
@@ -277,7 +286,9 @@ class TrackBatch:
                 flat[sl], t[sl] = self._nearest(xy[sl], base[sl].unsqueeze(1) + offs, valid)
         return self._projection_from(xy, flat, t, yaw)
 
-    def _projection_from(self, xy: torch.Tensor, flat: torch.Tensor, t: torch.Tensor, yaw: torch.Tensor | None) -> BatchProjection:
+    def _projection_from(
+        self, xy: torch.Tensor, flat: torch.Tensor, t: torch.Tensor, yaw: torch.Tensor | None
+    ) -> BatchProjection:
         v = self.seg[flat]
         rel = xy - (self.xy[flat] + t.unsqueeze(-1) * v)
         cross = v[:, 0] * rel[:, 1] - v[:, 1] * rel[:, 0]
@@ -300,7 +311,9 @@ class TrackBatch:
         """Friction [N] given a projection already computed this step."""
         return self.friction_sd(track_idx, proj.s, proj.d, on_lap=True)
 
-    def friction_sd(self, track_idx: torch.Tensor, s: torch.Tensor, d: torch.Tensor, on_lap: bool = False) -> torch.Tensor:
+    def friction_sd(
+        self, track_idx: torch.Tensor, s: torch.Tensor, d: torch.Tensor, on_lap: bool = False
+    ) -> torch.Tensor:
         """Friction at arc lengths s and lateral offsets d on each row's track.
 
         track_idx [N]; s, d [N] or [N, Q] (d may be [N, 1]) -> [N] or [N, Q]. The last patch that
@@ -323,7 +336,9 @@ class TrackBatch:
         out = torch.where(last > 0, mu, self.base_mu.index_select(0, track_idx))
         return out.t().reshape(s.shape)
 
-    def friction_at(self, xy: torch.Tensor, track_idx: torch.Tensor, hint: torch.Tensor | None = None, window: int = 16) -> torch.Tensor:
+    def friction_at(
+        self, xy: torch.Tensor, track_idx: torch.Tensor, hint: torch.Tensor | None = None, window: int = 16
+    ) -> torch.Tensor:
         """Peak friction [N] under points xy on their tracks (base_mu outside patches)."""
         return self.friction_from_projection(track_idx, self.project(xy, track_idx, hint, window))
 

@@ -272,7 +272,9 @@ class Track:
                 seg[sl], t[sl], _ = self.segment_search.nearest_pruned(p[sl])
         return self.projection_from(p, seg, t, yaw)
 
-    def projection_from(self, p: np.ndarray, seg: np.ndarray, t: np.ndarray, yaw: np.ndarray | None = None) -> Projection:
+    def projection_from(
+        self, p: np.ndarray, seg: np.ndarray, t: np.ndarray, yaw: np.ndarray | None = None
+    ) -> Projection:
         """The Projection of points p [N, 2] whose nearest centerline point lies at fraction t [N]
         along segment seg [N] (as `segment_search` finds them)."""
         v = self.segment_vectors[seg]
@@ -375,7 +377,9 @@ class Track:
         for p in self.patches:
             start, span = patch_span(p, period)
             new_start = remap(start)
-            patches.append(FrictionPatch(new_start, new_start + remap(start + span) - remap(start), p.d_min, p.d_max, p.mu))
+            patches.append(
+                FrictionPatch(new_start, new_start + remap(start + span) - remap(start), p.d_min, p.d_max, p.mu)
+            )
         return Track(self.name, xy, wl, wr, patches, self.base_mu)
 
 

@@ -36,7 +36,9 @@ def plot_sample_episodes(rollouts: Path, png: Path, params: Params, n: int = 4) 
         e = df[df.episode == ep]
         track = track_for(e.track_id.iloc[0], params.collect.tracks.model_dump_json())
         speed = np.hypot(e.vx.to_numpy(), e.vy.to_numpy())
-        plot_track(track, [(e[["x", "y"]].to_numpy(), speed)], ax=ax, title=f"episode {ep} on {track.name} ({len(e)} steps)")
+        plot_track(
+            track, [(e[["x", "y"]].to_numpy(), speed)], ax=ax, title=f"episode {ep} on {track.name} ({len(e)} steps)"
+        )
     for ax in list(axes.flat)[len(chosen) :]:
         ax.axis("off")
     fig.tight_layout()

@@ -13,7 +13,12 @@ import numpy as np
 
 from s3.io import atomic_path
 
-SPLIT_TITLES = {"all": "all test windows", "asphalt": "asphalt only", "ice": "ice only", "transition": "crossing a friction transition"}
+SPLIT_TITLES = {
+    "all": "all test windows",
+    "asphalt": "asphalt only",
+    "ice": "ice only",
+    "transition": "crossing a friction transition",
+}
 
 
 def _save(fig: plt.Figure, path: str | Path) -> Path:
@@ -39,7 +44,14 @@ def plot_trajectories(path: str | Path, episodes: list[dict[str, Any]], title: s
             ax.scatter(xy[ice, 0], xy[ice, 1], s=6, color="tab:cyan", label="ice (mu < 0.5)", zorder=3)
         for i, seg in enumerate(ep["segments"]):
             seg = np.asarray(seg)
-            ax.plot(seg[:, 0], seg[:, 1], color="tab:red", lw=1.0, alpha=0.85, label="predicted 3 s open loop" if i == 0 else None)
+            ax.plot(
+                seg[:, 0],
+                seg[:, 1],
+                color="tab:red",
+                lw=1.0,
+                alpha=0.85,
+                label="predicted 3 s open loop" if i == 0 else None,
+            )
             ax.plot(seg[0, 0], seg[0, 1], "o", color="tab:red", ms=2.5)
         ax.set_title(ep["title"], fontsize=9)
         ax.set_aspect("equal", adjustable="datalim")
@@ -51,13 +63,17 @@ def plot_trajectories(path: str | Path, episodes: list[dict[str, Any]], title: s
     return _save(fig, path)
 
 
-def plot_error_vs_horizon(path: str | Path, curves: dict[str, dict[str, Any]], title: str = "open-loop position error") -> Path:
+def plot_error_vs_horizon(
+    path: str | Path, curves: dict[str, dict[str, Any]], title: str = "open-loop position error"
+) -> Path:
     """Mean position error vs prediction horizon, one panel per surface split, one line per model.
 
     `curves`: label -> the `error_vs_horizon` entry of a metrics JSON ({"t": [...], split: [...]}).
     """
     splits = [s for s in SPLIT_TITLES if any(c.get(s) for c in curves.values())]
-    fig, axes = plt.subplots(1, max(1, len(splits)), figsize=(4.2 * max(1, len(splits)), 3.6), squeeze=False, sharey=False)
+    fig, axes = plt.subplots(
+        1, max(1, len(splits)), figsize=(4.2 * max(1, len(splits)), 3.6), squeeze=False, sharey=False
+    )
     for ax, split in zip(axes[0], splits):
         for label, c in curves.items():
             if c.get(split):

@@ -24,11 +24,25 @@ PANELS = (
     ("ade_2s_ice", "ice", "lap_time_s", "lap time, ice (s)"),
     ("probe_3s_asphalt", "nominal", "lap_time_s", "lap time, nominal (s)"),
 )
-X_LABELS = {"ade_2s_all": "ADE 2 s, all test windows (m)", "ade_2s_ice": "ADE 2 s, ice windows (m)",
-            "probe_3s_ice": "manoeuvre probes on ice, error at 3 s (m)",
-            "probe_3s_asphalt": "manoeuvre probes on asphalt, error at 3 s (m)"}  # fmt: skip
-COLORS = {"bicycle": "tab:blue", "ddm": "tab:orange", "transformer": "tab:green", "dytr": "tab:red", "oracle": "tab:purple"}
-REFERENCES = {"pid": ("0.3", "--"), "pid_blind": ("0.55", ":"), "pid_cautious": ("0.45", "-."), "direct": ("tab:brown", "-.")}
+X_LABELS = {
+    "ade_2s_all": "ADE 2 s, all test windows (m)",
+    "ade_2s_ice": "ADE 2 s, ice windows (m)",
+    "probe_3s_ice": "manoeuvre probes on ice, error at 3 s (m)",
+    "probe_3s_asphalt": "manoeuvre probes on asphalt, error at 3 s (m)",
+}
+COLORS = {
+    "bicycle": "tab:blue",
+    "ddm": "tab:orange",
+    "transformer": "tab:green",
+    "dytr": "tab:red",
+    "oracle": "tab:purple",
+}
+REFERENCES = {
+    "pid": ("0.3", "--"),
+    "pid_blind": ("0.55", ":"),
+    "pid_cautious": ("0.45", "-."),
+    "direct": ("tab:brown", "-."),
+}
 
 
 def _panel(ax: Axes, rows: Mapping[str, Mapping[str, Any]], error: str, cond: str, quantity: str, ylabel: str) -> None:
@@ -39,7 +53,9 @@ def _panel(ax: Axes, rows: Mapping[str, Mapping[str, Any]], error: str, cond: st
         if r["kind"] == "baseline" and y is not None:
             color, style = REFERENCES.get(name, ("0.7", "--"))
             ax.axhline(y, color=color, ls=style, lw=1.0)
-            ax.annotate(name, (0.99, y), xycoords=("axes fraction", "data"), fontsize=7, color=color, va="bottom", ha="right")
+            ax.annotate(
+                name, (0.99, y), xycoords=("axes fraction", "data"), fontsize=7, color=color, va="bottom", ha="right"
+            )
         elif x is not None and y is not None:
             hollow = r["kind"] != "family"
             color = COLORS.get(name, "0.2")
@@ -47,8 +63,16 @@ def _panel(ax: Axes, rows: Mapping[str, Mapping[str, Any]], error: str, cond: st
             ax.annotate(name, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8, color=color)
             shown += 1
     if not shown:
-        ax.text(0.5, 0.5, "no policy with both\nprediction error and this metric", ha="center", va="center",
-                transform=ax.transAxes, fontsize=8, color="0.4")  # fmt: skip
+        ax.text(
+            0.5,
+            0.5,
+            "no policy with both\nprediction error and this metric",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            fontsize=8,
+            color="0.4",
+        )
     if quantity in ("completion_rate", "lap_share"):
         ax.set_ylim(-0.05, 1.08)
     ax.set_xlabel(X_LABELS[error], fontsize=8)
@@ -61,8 +85,10 @@ def _title(report: Mapping[str, Any]) -> str:
     head = report["correlation"]["headline"]
     c = report["correlation"][head]
     rho = f"rho = {c['rho']:+.2f} (n = {c['n']})" if c["rho"] is not None else f"rho not defined ({c['reason']})"
-    return (f"prediction error vs policy quality in the source simulator\n"
-            f"Spearman({head}, quality rank): {rho}\n(+1 = the better predictor drives better; hollow = oracle)")  # fmt: skip
+    return (
+        f"prediction error vs policy quality in the source simulator\n"
+        f"Spearman({head}, quality rank): {rho}\n(+1 = the better predictor drives better; hollow = oracle)"
+    )
 
 
 def plot_accuracy_vs_quality(report: Mapping[str, Any], path: str | Path) -> Path:

@@ -29,7 +29,13 @@ def plot_time_to_quality(path: str | Path, result: dict[str, Any]) -> Path:
             pts = [p for p in r["curve"] if p.get(t_key) is not None]
             style = dict(color=colors[name], lw=2.2 if name == "direct" else 1.2, ms=3)
             if pts:
-                ax.plot([p[t_key] for p in pts], [p["lap_share"] for p in pts], "o-" if name == "direct" else ".-", label=name, **style)
+                ax.plot(
+                    [p[t_key] for p in pts],
+                    [p["lap_share"] for p in pts],
+                    "o-" if name == "direct" else ".-",
+                    label=name,
+                    **style,
+                )
             hit = next((p for p in pts if p["env_steps"] == r.get("env_steps_to_quality")), None)
             if hit is not None and r.get(hit_key) is not None:
                 ax.plot([hit[t_key]], [hit["lap_share"]], "*", color=colors[name], ms=12, mec="k", mew=0.5)
@@ -46,7 +52,9 @@ def plot_time_to_quality(path: str | Path, result: dict[str, Any]) -> Path:
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel(f"lap share on {result.get('tracks', {}).get('runs', '?')} hold-out runs")
     axes[0].legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"time to a lap-completing policy (>= {share:.0%} of the laps; star: first reached; dotted: collect + distill)")
+    fig.suptitle(
+        f"time to a lap-completing policy (>= {share:.0%} of the laps; star: first reached; dotted: collect + distill)"
+    )
     return save_figure(fig, path)
 
 

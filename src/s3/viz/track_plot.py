@@ -50,7 +50,9 @@ def plot_track(
     ax.plot(xr, yr, color="0.25", lw=0.8, zorder=2)
     ax.plot(track.centerline[:, 0], track.centerline[:, 1], color="0.6", lw=0.5, ls="--", zorder=1)
     for p in track.patches:
-        ax.add_patch(Polygon(track.patch_polygon(p), closed=True, fc="lightblue", ec="steelblue", lw=0.6, alpha=0.8, zorder=3))
+        ax.add_patch(
+            Polygon(track.patch_polygon(p), closed=True, fc="lightblue", ec="steelblue", lw=0.6, alpha=0.8, zorder=3)
+        )
         start, span = patch_span(p, track.length)
         x, y, _ = track.pose_at(np.array(start + span / 2), np.array((p.d_min + p.d_max) / 2))
         ax.annotate(f"μ={p.mu:.2f}", (float(x), float(y)), fontsize=7, color="navy", ha="center", va="center", zorder=6)

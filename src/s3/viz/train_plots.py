@@ -11,7 +11,9 @@ import numpy as np
 from s3.viz.track_plot import new_figure, save_figure
 
 
-def _series(curve: Sequence[tuple[str, int, float]], tag: str, steps_per_iteration: int) -> tuple[np.ndarray, np.ndarray]:
+def _series(
+    curve: Sequence[tuple[str, int, float]], tag: str, steps_per_iteration: int
+) -> tuple[np.ndarray, np.ndarray]:
     pts = [(it, v) for t, it, v in curve if t == tag]
     if not pts:
         return np.zeros(0), np.zeros(0)
@@ -35,8 +37,12 @@ def plot_learning_curve(
     axes[0].set_title("mean episode reward (training)")
     if validation:
         vx = np.array([v["env_steps"] for v in validation], dtype=float)
-        axes[1].plot(vx, [v["mean_completion"] for v in validation], "o-", color="tab:green", ms=3, label="mean lap completion")
-        axes[1].plot(vx, [v["completion_rate"] for v in validation], "s--", color="tab:olive", ms=3, label="laps completed")
+        axes[1].plot(
+            vx, [v["mean_completion"] for v in validation], "o-", color="tab:green", ms=3, label="mean lap completion"
+        )
+        axes[1].plot(
+            vx, [v["completion_rate"] for v in validation], "s--", color="tab:olive", ms=3, label="laps completed"
+        )
         if best_env_steps is not None:
             axes[1].axvline(best_env_steps, color="0.5", ls=":", lw=1.0, label="kept checkpoint")
         axes[1].set_ylim(-0.03, 1.03)

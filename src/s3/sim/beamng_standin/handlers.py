@@ -32,7 +32,9 @@ def _lua_pattern(template: str, **groups: str) -> re.Pattern[str]:
     return re.compile(rx)
 
 
-FRICTION_RE = _lua_pattern(FRICTION_LUA, gm=r"[A-Za-z0-9_]+", scale=r"\d+\.\d{6}")  # the friction chunk: ground model, scale
+FRICTION_RE = _lua_pattern(
+    FRICTION_LUA, gm=r"[A-Za-z0-9_]+", scale=r"\d+\.\d{6}"
+)  # the friction chunk: ground model, scale
 FRICTION_CHECK_RE = _lua_pattern(FRICTION_CHECK_LUA, gm=r"[A-Za-z0-9_]+")  # the read-back chunk: ground model
 
 
@@ -128,7 +130,9 @@ def _teleport(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
     if not (isinstance(pos, (list, tuple)) and len(pos) == 3):
         raise ProtocolError("Teleport: pos must be (x, y, z)")
     rot = msg.get("rot")
-    if rot is not None and not (isinstance(rot, (list, tuple)) and len(rot) == 4 and all(isinstance(v, (int, float)) for v in rot)):
+    if rot is not None and not (
+        isinstance(rot, (list, tuple)) and len(rot) == 4 and all(isinstance(v, (int, float)) for v in rot)
+    ):
         raise ProtocolError("Teleport: rot must be a quaternion (x, y, z, w)")
     srv.world.teleport(float(pos[0]), float(pos[1]), rot, bool(msg.get("safe_spawn", False)))
     return {"type": "Teleported", "success": True}
@@ -143,7 +147,11 @@ def _lua(srv: BeamngStandin, msg: dict[str, Any]) -> dict[str, Any]:
         raise ProtocolError("QueueLuaCommandGE: chunk must be a string")
     if (m := FRICTION_CHECK_RE.fullmatch(chunk)) is not None:
         srv.lua_log.append(chunk)
-        return {"type": "ExecutedLuaChunkGE", "resp": srv.world.ground_model_factors(m.group("gm"))} if want else {"type": "ExecutedLuaChunkGE"}
+        return (
+            {"type": "ExecutedLuaChunkGE", "resp": srv.world.ground_model_factors(m.group("gm"))}
+            if want
+            else {"type": "ExecutedLuaChunkGE"}
+        )
     m = FRICTION_RE.fullmatch(chunk)
     if m is None:
         raise ProtocolError("QueueLuaCommandGE: the stand-in runs only s3's friction chunks")

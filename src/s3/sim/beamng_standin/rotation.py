@@ -54,7 +54,9 @@ def lua_rotate(q: Sequence[float], v: Sequence[float]) -> np.ndarray:
     return v - w * qv + np.cross(u, qv)
 
 
-def quat_from_dir(direction: Sequence[float], up: Sequence[float] = (0.0, 0.0, 1.0)) -> tuple[float, float, float, float]:
+def quat_from_dir(
+    direction: Sequence[float], up: Sequence[float] = (0.0, 0.0, 1.0)
+) -> tuple[float, float, float, float]:
     """mathlib.lua `quatFromDir(dir, up)` (LuaQuat:setFromDir): the q whose textbook matrix has rows
     (dir x up, dir, up'), so that BeamNG's q * (0, 1, 0) = dir and q * (0, 0, 1) = up'."""
     d = np.asarray(direction, dtype=np.float64)
@@ -82,7 +84,9 @@ def _quat_from_matrix(m: np.ndarray) -> tuple[float, float, float, float]:
     return (-x, -y, -z, -w) if w < 0 else (x, y, z, w)
 
 
-def teleport_rotation(rot: Sequence[float] | None, safe_spawn: bool, current: Sequence[float]) -> tuple[float, float, float, float]:
+def teleport_rotation(
+    rot: Sequence[float] | None, safe_spawn: bool, current: Sequence[float]
+) -> tuple[float, float, float, float]:
     """The vehicle's object rotation after techCore's Teleport with reset (handleTeleport):
     safe_spawn -> spawn.safeTeleport's quat(0, 0, 1, 0) * rot (rot or quat(0, 0, 0, -1));
     otherwise the rotation as sent, or `current` without one."""

@@ -191,7 +191,9 @@ class BeamngStandin:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 lst.conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn, _Session(kind, vid=vid)), daemon=True, name=f"bng-{kind}-conn").start()
+            threading.Thread(
+                target=self._serve, args=(conn, _Session(kind, vid=vid)), daemon=True, name=f"bng-{kind}-conn"
+            ).start()
 
     def _serve(self, conn: socket.socket, sess: _Session) -> None:
         try:

@@ -21,7 +21,14 @@ from typing import Any
 import numpy as np
 
 from s3.sim.base import Control
-from s3.sim.beamng_standin.rotation import bng_orientation, chassis_yaw, heading, object_rotation, teleport_rotation, yaw_from_matrix
+from s3.sim.beamng_standin.rotation import (
+    bng_orientation,
+    chassis_yaw,
+    heading,
+    object_rotation,
+    teleport_rotation,
+    yaw_from_matrix,
+)
 from s3.sim.beamng_standin.wire import ProtocolError
 from s3.sim.mujoco_car import MujocoCar
 from s3.sim.params import MujocoCarParams
@@ -177,7 +184,9 @@ class World:
         if not self.paused:
             raise ProtocolError("Step: pause the simulation first")
         car = self._car()
-        cmd = Control(-float(self.control["steering"]), float(self.control["throttle"]), float(self.control["brake"]))  # BeamNG: +1 = right
+        cmd = Control(
+            -float(self.control["steering"]), float(self.control["throttle"]), float(self.control["brake"])
+        )  # BeamNG: +1 = right
         h = 1.0 / self.fps
         for _ in range(count):
             r = self._ramp

@@ -12,8 +12,8 @@ Capabilities:
   the source are offered; `not_side_by_side` is the reason the stages print and record when not.
 - `driver_aids`: s3's traction control / ABS (s3.sim.aids) wrap its car; otherwise the vehicle
   brings its own.
-- Instances (`instances(sim)`): the external simulators a stage's jobs spread over, one job at a
-  time each, addressed `host:port` (on Ray, one custom resource each:
+- Instances (`instances(sim)`; `external_instances`): the external simulators a stage's jobs spread
+  over, one job at a time each (so one worker each), addressed `host:port` (on Ray, one custom resource each:
   s3.compute.ray_executor.instance_resource); none for an embedded simulator, of which a worker
   makes as many as it needs. A job finds its instance in INSTANCE_ENV and its lease in LEASE_ENV
   (set by s3.compute.executor, read by s3.sim.factory).
@@ -46,6 +46,7 @@ class SimBackend:
     side_by_side: bool
     not_side_by_side: str  # why `side_by_side` is False ("" when it is True)
     driver_aids: bool
+    external_instances: bool  # its instances run outside s3: one worker (one job at a time) per instance
     instance: str  # what one instance is, in words
     make: Callable[[SimParams], SourceSim]  # a fresh bare simulator (no driver aids: s3.sim.factory.make_sim adds them)
     instances: Callable[[SimParams], tuple[str, ...]]  # the instances a stage's jobs spread over (one worker each)
@@ -107,6 +108,7 @@ BACKENDS: dict[str, SimBackend] = {
             side_by_side=True,
             not_side_by_side="",
             driver_aids=True,
+            external_instances=False,
             instance="a car in a worker process (embedded: any number per process, no external instance)",
             make=_make_mujoco,
             instances=lambda sim: (),
@@ -120,6 +122,7 @@ BACKENDS: dict[str, SimBackend] = {
             side_by_side=False,
             not_side_by_side="one beamng instance steps one car at about real time",
             driver_aids=False,  # its vehicles carry their own ESC / ABS (the jbeam part config)
+            external_instances=True,
             instance="one BeamNG.tech at host:port (sim.beamng.instances), one job at a time; on Ray a custom resource",
             make=_make_beamng,
             instances=lambda sim: sim.beamng.addresses(),

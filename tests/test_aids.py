@@ -94,13 +94,11 @@ def test_pid_own_slip_control_equals_the_cars_aids() -> None:
 
 def test_source_vec_env_workers_drive_the_aided_car() -> None:
     """PPO or validation in the source (SourceVecEnv) can run on the same aided car as evaluation."""
-    from s3.rl.source_env import _SimWorker
+    from s3.compute.sim_pool import SimWorker
 
     track = open_surface(0.15)
-    assert all(isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 2, BOTH).cars)
-    assert all(
-        isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 1).cars
-    )  # the one car by default
+    assert all(isinstance(c, WithDriverAids) for c in SimWorker(SimParams(), [track], 2, BOTH).cars)
+    assert all(isinstance(c, WithDriverAids) for c in SimWorker(SimParams(), [track], 1).cars)  # the one car by default
     assert not any(
-        isinstance(c, WithDriverAids) for c in _SimWorker(SimParams(), [track], 1, DriverAidsParams()).cars
+        isinstance(c, WithDriverAids) for c in SimWorker(SimParams(), [track], 1, DriverAidsParams()).cars
     )  # the bare car

@@ -23,9 +23,10 @@ from s3.data.collect import collect
 from s3.data.rollouts import load_rollouts, read_manifest
 from s3.data.schema import COLUMNS
 from s3.sim.base import Control, SimulatorError, SimulatorLost, SimulatorRejected, SourceSim
-from s3.sim.beamng import FRICTION_LUA, BeamngSim, friction_check_lua, friction_lua, yaw_to_rot_quat
+from s3.sim.beamng import BeamngSim
 from s3.sim.beamng_params import BeamngParams
 from s3.sim.beamng_standin import FRICTION_RE, PROTOCOL_VERSION, BeamngStandin, recv_frame, send_frame
+from s3.sim.beamng_wire import FRICTION_LUA, friction_check_lua, friction_lua, yaw_to_rot_quat
 from s3.sim.factory import drop_worker_sim, make_sim
 from s3.sim.mujoco_car import MujocoCar
 from s3.tracks.track import FrictionPatch, Track
@@ -162,7 +163,7 @@ def test_a_frozen_simulator_is_lost_within_twice_the_request_timeout() -> None:
 def test_every_connection_is_bounded_by_the_request_timeout(standin: BeamngStandin) -> None:
     """beamngpy 1.36 sets no timeout on vehicle sockets: s3 sets request_timeout on both connections
     (load_timeout only while a scenario loads), and stops loudly when beamngpy's internals differ."""
-    from s3.sim.beamng import set_socket_timeout
+    from s3.sim.beamng_wire import set_socket_timeout
 
     s = BeamngSim(BeamngParams(port=standin.port, request_timeout=7.0, load_timeout=30.0))
     try:

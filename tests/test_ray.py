@@ -323,9 +323,10 @@ def test_a_gpu_for_training_that_would_sit_idle_is_refused() -> None:
 
 
 def test_the_source_env_on_ray_actors_steps_as_the_local_workers(ray_up) -> None:
+    from s3.compute import ray_sim_pool
+    from s3.compute.sim_pool import SourceWorkerError
     from s3.config import Params
-    from s3.rl import source_env
-    from s3.rl.source_env import SourceVecEnv, SourceWorkerError
+    from s3.rl.source_env import SourceVecEnv
     from s3.tracks.generate import procedural_track
 
     tracks = [procedural_track(1001), procedural_track(1002)]
@@ -343,7 +344,7 @@ def test_the_source_env_on_ray_actors_steps_as_the_local_workers(ray_up) -> None
                     pytest.MonkeyPatch.context() as mp,
                     pytest.raises(SourceWorkerError, match=r"compute\.resources\.source_env: .* 0 CPUs .* free now"),
                 ):
-                    mp.setattr(source_env, "ROOM_WAIT_S", 1.0)
+                    mp.setattr(ray_sim_pool, "ROOM_WAIT_S", 1.0)
                     SourceVecEnv(
                         tracks, Params().sim, num_envs=2, workers=1, compute=compute, timeout_s=20
                     )  # would wait for ever

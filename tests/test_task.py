@@ -25,7 +25,7 @@ N, STEPS = 8, 90
 
 
 class ReplayWorkers:
-    """Stands in for source_env._Workers: answers every request with recorded states [T, N, 7]."""
+    """Stands in for the env's pool (s3.compute.sim_pool.SimPool): answers every request with recorded states [T, N, 7]."""
 
     def __init__(self, frames: np.ndarray) -> None:
         self.frames, self.k = frames, 0
@@ -121,7 +121,7 @@ def test_source_env_gives_the_distilled_envs_observations_rewards_and_reasons(
 ) -> None:
     params, start, actions, rec = run
     frames = rec["frames"].double().numpy()
-    monkeypatch.setattr(source_env, "_Workers", lambda *a, **k: ReplayWorkers(frames))
+    monkeypatch.setattr(source_env, "open_sim_pool", lambda *a, **k: ReplayWorkers(frames))
     env = source_env.SourceVecEnv(tracks_with_ice, SimParams(), params, num_envs=N, auto_reset=False)
     obs = env.reset_to(*start)["policy"]
     assert torch.equal(obs, rec["obs"][0])

@@ -20,6 +20,7 @@ from s3.evaluate.params import EvaluateParams
 from s3.platform.regress import RegressParams
 from s3.rl.params import TrainParams
 from s3.sim.aids import DriverAidsParams
+from s3.sim.backends import sim_backend
 from s3.sim.beamng_params import BeamngParams
 from s3.sim.params import MujocoCarParams
 
@@ -47,23 +48,11 @@ class SimParams(BaseModel):
         """s3's driver aids on this backend's car, or None: off, or BeamNG, whose vehicles carry their
         own (jbeam ESC / ABS; s3's slip-based aids would need the per-wheel speeds BeamNG's
         electrics do not report)."""
-        return self.driver_aids if self.backend == "mujoco" and self.driver_aids.enabled else None
+        return self.driver_aids if sim_backend(self).driver_aids and self.driver_aids.enabled else None
 
     @model_validator(mode="after")
     def _whole_physics_steps(self) -> SimParams:
-        if self.backend == "beamng":
-            n = self.control_dt * self.beamng.steps_per_second
-            if n < 1 or abs(n - round(n)) > 1e-6:
-                raise ValueError(
-                    f"control_dt {self.control_dt} s must be a whole number of BeamNG steps "
-                    f"(1/beamng.steps_per_second = {1 / self.beamng.steps_per_second:g} s)"
-                )
-            return self
-        n = self.control_dt / self.mujoco.timestep
-        if abs(n - round(n)) > 1e-6:
-            raise ValueError(
-                f"control_dt {self.control_dt} s must be a whole number of mujoco.timestep {self.mujoco.timestep} s"
-            )
+        sim_backend(self).check_control_dt(self)
         return self
 
 

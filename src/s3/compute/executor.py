@@ -51,10 +51,8 @@ from typing import Any
 
 from s3.compute.params import ComputeParams, JobKind
 from s3.compute.retry import RetryPolicy, WorkerDied, describe
+from s3.sim.backends import INSTANCE_ENV, LEASE_ENV  # a job's simulator instance and its lease (s3.sim.factory)
 from s3.workers import exit_with_parent, forkserver_context, prestart
-
-INSTANCE_ENV = "S3_SIM_INSTANCE"  # a job's simulator instance (`instances`), read by s3.sim.factory
-LEASE_ENV = "S3_SIM_LEASE"  # "<executor token>:<jobs that instance was handed before>" (see s3.sim.factory.worker_sim)
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ from s3.data.rollouts import (
 )
 from s3.data.schema import COLUMNS, SCHEMA_VERSION
 from s3.io import workspace_lock, write_json_atomic
+from s3.sim.backends import sim_backend
 from s3.sim.base import Control, SimulatorError, SimulatorLost, SourceSim, VehicleState
 from s3.sim.factory import drop_worker_sim, instances, worker_sim
 from s3.tracks.generate import procedural_track
@@ -233,7 +234,7 @@ def data_key(params: Params) -> str:
         **data_params(params),
         "s3": __version__,
         "schema": SCHEMA_VERSION,
-        "simulator": _sim_version(params.sim.backend),
+        "simulator": sim_backend(params.sim).version(),
     }
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -323,7 +324,7 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics
             preload = (
                 "s3.data.collect",
                 "s3.sim.factory",
-                f"s3.sim.{'beamng' if params.sim.backend == 'beamng' else 'mujoco_car'}",
+                sim_backend(params.sim).module,
             )
             executor = executor_for(params.compute, "collect", workers, preload, "collect", sims)
             try:
@@ -440,7 +441,7 @@ def _manifest(params: Params, results: list[ShardResult], out: Path) -> dict[str
         "s3_version": __version__,
         "schema_version": SCHEMA_VERSION,
         "simulator": sim.backend,
-        "simulator_version": _sim_version(sim.backend),
+        "simulator_version": sim_backend(sim).version(),
         "control_dt": sim.control_dt,
         "rows": rows,
         "episodes": sum(r.episodes for r in results),
@@ -457,15 +458,3 @@ def _manifest(params: Params, results: list[ShardResult], out: Path) -> dict[str
         "columns": {name: {"unit": unit, "description": desc} for name, (_, unit, desc) in COLUMNS.items()},
         "params": data_params(params),  # not the worker count or the paths: the same data, the same bytes
     }
-
-
-def _sim_version(backend: str) -> str:
-    if backend == "mujoco":
-        import mujoco
-
-        return f"mujoco {mujoco.__version__}"
-    if backend == "beamng":
-        from s3.sim.beamng import sim_version
-
-        return sim_version()
-    return "unknown"

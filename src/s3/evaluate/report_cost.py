@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from s3.evaluate.report_inputs import get, num
+from s3.sim.backends import BACKENDS
 
 DASH = "—"
 
@@ -93,9 +94,8 @@ def collect_cost(
     workers = num(get(timed, "workers"))
     if workers is None:
         configured = num(get(manifest, "params", "collect", "workers"))
-        workers = (
-            1.0 if get(manifest, "simulator") == "beamng" else (configured if configured and configured > 0 else None)
-        )
+        sim = BACKENDS.get(get(manifest, "simulator"))  # one worker per external instance (one, then)
+        workers = 1.0 if sim and sim.external_instances else (configured if configured and configured > 0 else None)
     car_s = rows * dt if rows is not None and dt is not None else None
     return {
         "wall_s": wall,

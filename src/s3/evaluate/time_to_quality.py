@@ -62,6 +62,7 @@ from s3.io import json_safe, write_json_atomic
 from s3.rl.checkpoints import DIR, load_checkpoint_fn, read_index
 from s3.rl.export import policy_env_params
 from s3.rl.tracks import start_grid
+from s3.sim.backends import side_by_side_names, sim_backend
 from s3.tracks.track import Track
 
 DIRECT = "direct"
@@ -399,8 +400,8 @@ def time_to_quality(
     curves, each route's time to quality, the families' best (module docstring). Writes the JSON (and the figure)."""
     policies_dir, metrics_dir = Path(policies_dir), Path(metrics_dir)
     out = Path(out_path) if out_path is not None else metrics_dir / "time_to_quality.json"
-    if params.sim.backend != "mujoco":  # the report still runs: claim 1 says why it was not measured
-        reason = f"needs the embedded simulator (sim.backend 'mujoco', not {params.sim.backend!r}): every checkpoint drives side by side"
+    if not sim_backend(params.sim).side_by_side:  # the report still runs: claim 1 says why it was not measured
+        reason = f"needs the embedded simulator (sim.backend {side_by_side_names()}, not {params.sim.backend!r}): every checkpoint drives side by side"
         write_json_atomic(out, {"not_run": reason})
         if plot_path is not None:
             from s3.viz.time_to_quality_plots import plot_not_run

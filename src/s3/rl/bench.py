@@ -151,7 +151,8 @@ def bench_source(
     tracks: Sequence[Any],
 ) -> dict[str, Any]:
     """Single-process control steps/s of the source simulator, then its parallel env and PPO rates."""
-    from s3.rl.source_env import SourceVecEnv, resolve_workers
+    from s3.compute.sim_pool import resolve_workers
+    from s3.rl.source_env import SourceVecEnv
     from s3.sim.bench import bench_sim
 
     one = bench_sim(source_seconds, sim.mujoco, sim.control_dt)["control_steps_per_s"]

@@ -63,6 +63,7 @@ from s3.rl.rollout import EpisodeBatch, lap_loop
 from s3.rl.source_env import SourceVecEnv, prestart, resolve_workers
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid
 from s3.rl.validation import kept_index
+from s3.sim.backends import side_by_side_names, sim_backend
 from s3.tracks.track import Track
 
 if TYPE_CHECKING:
@@ -153,11 +154,12 @@ def skip_reason(params: Params) -> str | None:
     """Why `direct` is not trained with this source simulator, or None: it steps many cars of the
     embedded simulator side by side; one BeamNG.tech instance steps one car at about real time,
     so a PPO budget of minutes would train nothing (and days would be needed)."""
-    if params.sim.backend == "mujoco":
+    backend = sim_backend(params.sim)
+    if backend.side_by_side:
         return None
     return (
-        f"direct (PPO inside the source simulator) needs many cars stepped side by side, i.e. sim.backend 'mujoco'; "
-        f"one {params.sim.backend} instance steps one car at about real time, so it is not run"
+        f"direct (PPO inside the source simulator) needs many cars stepped side by side, i.e. sim.backend {side_by_side_names()}; "
+        f"{backend.not_side_by_side}, so it is not run"
     )
 
 

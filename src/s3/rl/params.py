@@ -255,7 +255,7 @@ class TrainParams(_Section):
     seed_selection: Literal["model", "source"] = Field(
         "model",
         description="where the seeds are compared: 'model' = the in-model validation score; 'source' = the same score in the source "
-        "simulator on the first source_validation_tracks validation tracks (s3.rl.source_selection; sim.backend mujoco)",
+        "simulator on the first source_validation_tracks validation tracks (s3.rl.source_selection; a sim.backend whose cars step side by side)",
     )
     source_validation_tracks: int = Field(
         16, ge=1, le=4096, description="validation tracks driven in the source when seed_selection is 'source'"

@@ -13,27 +13,19 @@ Differences, all forced by the source simulator:
   every source-simulator client (s3.task.observation), because the source simulator has no
   cheap "hold this speed" throttle table.
 
-Processes. Each worker owns N/W simulator instances (`make_sim`), a copy of the track pool and a
-friction raster per track (rasterised on first use, ~0.15 s and 5-15 MB each), so keep the pool
-small. Workers start from a forkserver that has imported this module once (spawn where there is
-no forkserver): no fork of a process that runs torch threads, and no per-worker torch import. The
-main process samples starts, batches commands and states as tensors and computes everything
-else. A worker that dies or reports an error raises `SourceWorkerError` naming it; `close()` (or
-the context manager) stops them all. With `compute` naming the `ray` backend the workers are Ray
-actors instead (`compute.resources.source_env` each), placed wherever the cluster has room: at most
-as many as it has room for now (an actor holds its CPUs for life), and a clear error when it has
-none. An env built with `holds_cpus=False` (direct's validation env, which steps only while the
-training env waits) has actors that hold no CPUs, as its local processes share the cores.
+Processes. The cars live in a pool of source simulators (s3.compute.sim_pool.open_sim_pool): W
+worker processes holding N/W cars each, from a forkserver that has imported SOURCE_WORKER_PRELOAD
+once, or with `compute` naming the `ray` backend, Ray actors (s3.compute.ray_sim_pool). The main
+process samples starts, batches commands and states as tensors and computes everything else. A
+worker that dies or reports an error raises `SourceWorkerError` naming it; `close()` (or the
+context manager) stops them all. An env built with `holds_cpus=False` (direct's validation env,
+which steps only while the training env waits) has Ray actors that hold no CPUs, as its local
+processes share the cores. The simulator must step cars side by side (s3.sim.backends).
 """
 
 from __future__ import annotations
 
-import os
-import sys
-import time
-import traceback
 from collections.abc import Sequence
-from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,312 +33,29 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from s3.compute import sim_pool
+from s3.compute.sim_pool import STATE_COLUMNS, SimPool, SourceWorkerError, open_sim_pool, resolve_workers
 from s3.rl import SOURCE_WORKER_PRELOAD
 from s3.rl.params import EnvParams
 from s3.rl.task_env import TaskVecEnv
-from s3.sim.base import Control, SimulatorError
+from s3.sim.backends import side_by_side_names, sim_backend
 from s3.task.actions import split_action
 from s3.task.observation import Observer
 from s3.task.rules import TERMS, EndRules, Rules
 from s3.task.starts import Starts, sample_starts, start_pose
 from s3.tracks.track import Track
-from s3.workers import exit_with_parent, forkserver_context
-from s3.workers import prestart as start_forkserver
 
 if TYPE_CHECKING:
     from s3.compute.params import ComputeParams
     from s3.config import SimParams
     from s3.sim.aids import DriverAidsParams
 
-STATE_COLUMNS = ("x", "y", "yaw", "vx", "vy", "yaw_rate", "steer")
-
-
-class SourceWorkerError(RuntimeError):
-    """A simulator worker process died, hung or failed; the message names it."""
-
-
-# ---------------------------------------------------------------------------- worker process
-class _SimWorker:
-    """The cars of one worker process (runs there)."""
-
-    def __init__(
-        self, sim: SimParams, tracks: Sequence[Track], n_cars: int, aids: DriverAidsParams | None = None
-    ) -> None:
-        from s3.sim.factory import make_sim
-
-        self.cars = [make_sim(sim, aids) for _ in range(n_cars)]
-        self.tracks = dict(enumerate(tracks))
-        self.grid_res = sim.mujoco.friction_grid_res
-        self.grids: dict[int, Any] = {}
-        self.on = [-1] * n_cars  # the track whose friction each car holds
-        self.last = np.zeros((n_cars, len(STATE_COLUMNS)))
-
-    def set_tracks(self, changed: dict[int, Track]) -> None:
-        for k, track in changed.items():
-            self.tracks[k] = track
-            self.grids.pop(k, None)
-        self.on = [-1 if k in changed else k for k in self.on]
-
-    def _place(self, i: int, k: int) -> Track | None:
-        """Give car i track k's friction; returns the track for sims that rasterise it themselves."""
-        car = self.cars[i]
-        if not hasattr(car, "set_friction_grid"):
-            return self.tracks[k]
-        if self.on[i] != k:
-            if k not in self.grids:
-                self.grids[k] = self.tracks[k].friction_grid(self.grid_res)
-            car.set_friction_grid(self.grids[k])
-            self.on[i] = k
-        return None
-
-    def reset(self, ids: np.ndarray, track: np.ndarray, start: np.ndarray) -> np.ndarray:
-        """Cars ids[j] onto track[j] at start[j] = (x, y, yaw, speed); their states [M, 7]."""
-        for j, i in enumerate(ids):
-            where = self._place(int(i), int(track[j]))
-            x, y, yaw, speed = (float(v) for v in start[j])
-            self.last[i] = _row(self.cars[i].reset(where, x, y, yaw, speed))
-        return self.last[ids].copy()
-
-    def step(self, cmd: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One control period of the active cars: states [n, 7] and simulator failures [n]."""
-        failed = np.zeros(len(self.cars), dtype=bool)
-        for i in np.flatnonzero(active):
-            try:
-                self.last[i] = _row(self.cars[i].step(Control(*cmd[i])))
-            except SimulatorError:
-                failed[i] = True
-        return self.last.copy(), failed
-
-    def close(self) -> None:
-        for car in self.cars:
-            car.close()
-
-
-def _row(st: Any) -> tuple[float, ...]:
-    return (st.x, st.y, st.yaw, st.vx, st.vy, st.yaw_rate, st.steer)
-
-
-def _worker_main(
-    conn: Connection, sim: SimParams, tracks: Sequence[Track], n_cars: int, aids: DriverAidsParams | None, parent: int
-) -> None:
-    """Serve (method, args) requests until "close" or until process `parent` (the env's) goes away."""
-    exit_with_parent(parent)  # the executor's orphan watch (s3.workers): a killed trainer leaves no simulators
-    worker = None
-    try:
-        worker = _SimWorker(sim, tracks, n_cars, aids)
-        conn.send(("ok", None))
-        while True:
-            method, args = conn.recv()
-            if method == "close":
-                break
-            conn.send(("ok", getattr(worker, method)(*args)))
-    except (EOFError, BrokenPipeError, KeyboardInterrupt):
-        pass
-    except BaseException:
-        try:
-            conn.send(("error", traceback.format_exc()))
-        except OSError:
-            pass
-    finally:
-        if worker is not None:
-            worker.close()
-        conn.close()
-
-
-# ---------------------------------------------------------------------------- main process
-def _context() -> Any:
-    """A forkserver context preloading this module (one torch import for all workers), else spawn."""
-    return forkserver_context(SOURCE_WORKER_PRELOAD)
+__all__ = ["STATE_COLUMNS", "SourceVecEnv", "SourceWorkerError", "prestart", "resolve_workers"]
 
 
 def prestart() -> None:
-    """Start the forkserver now, so that its one-time import overlaps the caller's own setup."""
-    start_forkserver(_context())
-
-
-def resolve_workers(workers: int, num_envs: int) -> int:
-    """0 -> one per core; never more workers than cars."""
-    return max(1, min(int(workers) or (os.cpu_count() or 1), int(num_envs)))
-
-
-class _Workers:
-    """W simulator processes; car j lives in worker w for bounds[w] <= j < bounds[w + 1]."""
-
-    def __init__(
-        self,
-        sim: SimParams,
-        tracks: Sequence[Track],
-        counts: Sequence[int],
-        timeout_s: float,
-        aids: DriverAidsParams | None = None,
-    ) -> None:
-        self.timeout_s = float(timeout_s)
-        self.bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.procs: list[Any] = []
-        self.conns: list[Connection] = []
-        ctx = _context()
-        try:
-            for w, n in enumerate(counts):
-                parent, child = ctx.Pipe()
-                proc = ctx.Process(
-                    target=_worker_main,
-                    args=(child, sim, list(tracks), int(n), aids, os.getpid()),
-                    name=f"s3-source-{w}",
-                    daemon=True,
-                )
-                proc.start()
-                child.close()
-                self.procs.append(proc)
-                self.conns.append(parent)
-            for w in range(len(counts)):
-                self._recv(w)
-        except BaseException:
-            self.close()
-            raise
-
-    def __len__(self) -> int:
-        return len(self.procs)
-
-    def _recv(self, w: int) -> Any:
-        proc, conn = self.procs[w], self.conns[w]
-        ready = wait([conn, proc.sentinel], timeout=self.timeout_s)
-        if not ready:
-            raise SourceWorkerError(f"source-sim worker {w} (pid {proc.pid}) sent nothing for {self.timeout_s:.0f} s")
-        try:
-            status, value = conn.recv()
-        except (EOFError, OSError):
-            proc.join(1.0)
-            raise SourceWorkerError(
-                f"source-sim worker {w} (pid {proc.pid}) died (exit code {proc.exitcode})"
-            ) from None
-        if status == "error":
-            raise SourceWorkerError(f"source-sim worker {w} (pid {proc.pid}) failed:\n{value}")
-        return value
-
-    def call(self, requests: dict[int, tuple[str, tuple[Any, ...]]]) -> dict[int, Any]:
-        """Send each worker its request, then collect the answers (the workers run in parallel)."""
-        for w, req in requests.items():
-            try:
-                self.conns[w].send(req)
-            except (BrokenPipeError, OSError):
-                raise SourceWorkerError(
-                    f"source-sim worker {w} (pid {self.procs[w].pid}) died (exit code {self.procs[w].exitcode})"
-                ) from None
-        return {w: self._recv(w) for w in requests}
-
-    def owner(self, ids: np.ndarray) -> np.ndarray:
-        """The worker of each global car id."""
-        return np.searchsorted(self.bounds, ids, side="right") - 1
-
-    def close(self) -> None:
-        for conn in self.conns:
-            try:
-                conn.send(("close", ()))
-            except OSError:
-                pass
-        for proc in self.procs:
-            proc.join(5.0)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(1.0)
-        for conn in self.conns:
-            conn.close()
-        self.procs, self.conns = [], []
-
-
-ROOM_WAIT_S = 10.0  # Ray's view of free resources lags a kill by a moment: how long to let it catch up
-
-
-class _RayWorkers(_Workers):
-    """The same W simulator workers as Ray actors (`compute.backend: ray`, each holding
-    `compute.resources.source_env`): a `_SimWorker` per actor, the same requests, the same errors."""
-
-    def __init__(
-        self,
-        sim: SimParams,
-        tracks: Sequence[Track],
-        counts: Sequence[int],
-        timeout_s: float,
-        aids: DriverAidsParams | None,
-        compute: ComputeParams,
-        holds_cpus: bool = True,
-    ) -> None:
-        from s3.compute.ray_executor import connect
-
-        self.ray = connect(compute)
-        self.timeout_s = float(timeout_s)
-        self.bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        r = compute.resources.source_env
-        held = {"num_cpus": r.num_cpus, "num_gpus": r.num_gpus} if holds_cpus else {"num_cpus": 0, "num_gpus": 0}
-        actor = self.ray.remote(**held, max_restarts=0)(_SimWorker)
-        self.held_cpus = held["num_cpus"] * len(counts)
-        self.actors = [actor.remote(sim, list(tracks), int(n), aids) for n in counts]
-        try:
-            self.call({w: ("set_tracks", ({},)) for w in range(len(counts))})  # every actor built
-        except BaseException:
-            self.close()
-            raise
-
-    @staticmethod
-    def fit(compute: ComputeParams, wanted: int) -> int:
-        """How many actors to start: `wanted`, or as many as the cluster's nodes have room for now
-        (at least 1; with none, Ray's view is given ROOM_WAIT_S to catch up before a clear error)."""
-        from s3.compute.ray_executor import connect, fits, per_node
-
-        ray, r = connect(compute), compute.resources.source_env
-        want = {"CPU": r.num_cpus, "GPU": r.num_gpus}
-        t0 = time.monotonic()
-        while (
-            room := sum(fits(n, want) for n in per_node(ray, free=True))
-        ) < 1 and time.monotonic() - t0 < ROOM_WAIT_S:
-            time.sleep(0.25)  # actors just killed free their CPUs a moment later
-        if room < 1:
-            free = ray.available_resources()
-            raise SourceWorkerError(
-                f"compute.resources.source_env: a source-sim actor asks {r.num_cpus:g} CPUs and {r.num_gpus:g} GPUs on one node; the Ray cluster has "
-                f"{free.get('CPU', 0.0):g} CPUs and {free.get('GPU', 0.0):g} GPUs free now (other jobs or actors hold the rest): lower them, or add nodes"
-            )
-        if room < wanted:
-            print(
-                f"source env: {room} Ray actors, not {wanted}: the cluster has room for {room} now",
-                file=sys.stderr,
-                flush=True,
-            )
-        return min(wanted, room)
-
-    def __len__(self) -> int:
-        return len(self.actors)
-
-    def call(self, requests: dict[int, tuple[str, tuple[Any, ...]]]) -> dict[int, Any]:
-        ex = self.ray.exceptions
-        refs = {w: getattr(self.actors[w], method).remote(*args) for w, (method, args) in requests.items()}
-        out = {}
-        for w, ref in refs.items():
-            try:
-                out[w] = self.ray.get(ref, timeout=self.timeout_s)
-            except ex.GetTimeoutError:
-                raise SourceWorkerError(f"source-sim actor {w} sent nothing for {self.timeout_s:.0f} s") from None
-            except ex.RayActorError as e:
-                raise SourceWorkerError(f"source-sim actor {w} died ({type(e).__name__})") from None
-            except ex.RayTaskError as e:
-                raise SourceWorkerError(f"source-sim actor {w} failed:\n{e}") from None
-        return out
-
-    def close(self) -> None:
-        """Kill the actors; return once Ray counts their CPUs free (at most ROOM_WAIT_S), so that
-        an env made next finds the room."""
-        actors, self.actors = getattr(self, "actors", []), []
-        if not actors:
-            return
-        before = self.ray.available_resources().get("CPU", 0.0)
-        for a in actors:
-            self.ray.kill(a)
-        t0 = time.monotonic()
-        while (
-            self.ray.available_resources().get("CPU", 0.0) < before + self.held_cpus - 1e-6
-            and time.monotonic() - t0 < ROOM_WAIT_S
-        ):
-            time.sleep(0.1)
+    """Start the source workers' forkserver now, so that its one-time import overlaps the caller's own setup."""
+    sim_pool.prestart(SOURCE_WORKER_PRELOAD)
 
 
 class SourceVecEnv(TaskVecEnv):
@@ -366,9 +75,10 @@ class SourceVecEnv(TaskVecEnv):
         compute: ComputeParams | None = None,
         holds_cpus: bool = True,
     ) -> None:
-        if sim.backend != "mujoco":
+        backend = sim_backend(sim)
+        if not backend.side_by_side:
             raise ValueError(
-                f"SourceVecEnv steps many cars in parallel: it needs sim.backend 'mujoco', not {sim.backend!r} (one BeamNG instance is one world)"
+                f"SourceVecEnv steps many cars in parallel: it needs sim.backend {side_by_side_names()}, not {sim.backend!r} ({backend.not_side_by_side})"
             )
         self.params = params = params or EnvParams()
         self.device = torch.device("cpu")  # the simulators live on the CPU; rsl_rl moves obs to its device
@@ -399,15 +109,9 @@ class SourceVecEnv(TaskVecEnv):
         self.car_steps = 0
         self.episode_count = 0
         self._stats = _Stats()
-        w = resolve_workers(workers, n)
-        if compute is not None and compute.backend == "ray":
-            w = _RayWorkers.fit(compute, w) if holds_cpus else w
-            counts = [len(c) for c in np.array_split(np.arange(n), w)]
-            self.workers: _Workers = _RayWorkers(sim, tracks, counts, timeout_s, aids, compute, holds_cpus)
-        else:
-            self.workers = _Workers(
-                sim, tracks, counts=[len(c) for c in np.array_split(np.arange(n), w)], timeout_s=timeout_s, aids=aids
-            )
+        self.workers: SimPool = open_sim_pool(
+            sim, tracks, n, resolve_workers(workers, n), timeout_s, aids, compute, holds_cpus, SOURCE_WORKER_PRELOAD
+        )
         try:
             self.reset()
         except BaseException:

@@ -29,6 +29,7 @@ from typing import Any
 from s3.io import write_json_atomic
 from s3.platform import tracking
 from s3.rl import TRAIN_WORKER_PRELOAD
+from s3.sim.backends import side_by_side_names, sim_backend
 from s3.workers import forkserver_context, prestart
 
 
@@ -76,9 +77,9 @@ def _train(
         from s3.rl.seeds import train_seeds
 
         scorer, not_in_source = None, None
-        if tp.seed_selection == "source" and root.sim.backend != "mujoco":
+        if tp.seed_selection == "source" and not sim_backend(root.sim).side_by_side:
             not_in_source = (
-                f"train.seed_selection 'source' drives the seeds side by side in the embedded simulator (sim.backend 'mujoco'); "
+                f"train.seed_selection 'source' drives the seeds side by side in the embedded simulator (sim.backend {side_by_side_names()}); "
                 f"with {root.sim.backend!r} the seed is chosen by in-model validation"
             )
             print(f"train {name}: {not_in_source}", file=sys.stderr, flush=True)

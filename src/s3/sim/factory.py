@@ -1,23 +1,23 @@
-"""Make the configured source simulator; nothing above this knows which one it is."""
+"""Make the configured source simulator (its descriptor: s3.sim.backends), and keep one per worker process for jobs."""
 
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING
 
+from s3.sim.backends import INSTANCE_ENV, LEASE_ENV, sim_backend
 from s3.sim.base import SourceSim
 
 if TYPE_CHECKING:
     from s3.config import SimParams
     from s3.sim.aids import DriverAidsParams
-    from s3.sim.beamng_params import BeamngParams
 
 
 def make_sim(params: SimParams, aids: DriverAidsParams | None = None) -> SourceSim:
     """A fresh simulator for `params.backend`, behind traction control / ABS where `aids` asks
     (default: `params.aids()`, the one car every stage drives: `sim.driver_aids` on the embedded
     car, none on BeamNG, whose vehicles bring their own; `DriverAidsParams()` = bare)."""
-    sim = _bare_sim(params)
+    sim = sim_backend(params).make(params)
     aids = params.aids() if aids is None else aids
     if aids is not None and aids.enabled:
         from s3.sim.aids import WithDriverAids
@@ -26,31 +26,10 @@ def make_sim(params: SimParams, aids: DriverAidsParams | None = None) -> SourceS
     return sim
 
 
-def _bare_sim(params: SimParams) -> SourceSim:
-    if params.backend == "mujoco":
-        from s3.sim.mujoco_car import MujocoCar
-
-        return MujocoCar(params.mujoco, control_dt=params.control_dt)
-    if params.backend == "beamng":
-        from s3.sim.beamng import BeamngSim  # imports beamngpy (~2 s): only for this backend
-
-        return BeamngSim(beamng_params_here(params), control_dt=params.control_dt)
-    raise ValueError(f"sim.backend: unknown backend {params.backend!r}")
-
-
-def beamng_params_here(params: SimParams) -> BeamngParams:
-    """The BeamNG params of this process: pointed at the instance the executor gave its job
-    (s3.compute.executor.INSTANCE_ENV), if any."""
-    from s3.compute.executor import INSTANCE_ENV
-
-    address = os.environ.get(INSTANCE_ENV)
-    return params.beamng.at(address) if address else params.beamng
-
-
 def instances(params: SimParams) -> tuple[str, ...]:
     """The simulator instances a stage's jobs spread over (one worker each): BeamNG's addresses;
     none for the embedded simulator (any number of workers)."""
-    return params.beamng.addresses() if params.backend == "beamng" else ()
+    return sim_backend(params).instances(params)
 
 
 _CACHED: tuple[str, SourceSim] | None = None
@@ -63,7 +42,6 @@ def worker_sim(params: SimParams, aids: DriverAidsParams | None = None) -> Sourc
     another worker or another executor drove the instance since this process's last job (the lease
     is not the same executor's next one: that worker's scenario replaced ours). A simulator that cannot be made (nobody
     listening) is `SimulatorUnreachable`."""
-    from s3.compute.executor import INSTANCE_ENV, LEASE_ENV
     from s3.sim.base import SimulatorLost, SimulatorUnreachable
 
     global _CACHED, _LEASE
@@ -85,7 +63,7 @@ def worker_sim(params: SimParams, aids: DriverAidsParams | None = None) -> Sourc
 
 
 def _parse_lease(lease: str) -> tuple[str, int]:
-    """LEASE_ENV's '<executor token>:<count>' (s3.compute.executor)."""
+    """LEASE_ENV's '<executor token>:<count>' (set by s3.compute.executor)."""
     token, _, count = lease.rpartition(":")
     return token, int(count)
 

@@ -4,7 +4,7 @@ Exactly the messages `s3.sim.beamng` makes beamngpy send are here; the server an
 type with `Unknown message type`. A handler checks the request's fields, acts on the server's
 `World` and returns the reply (BeamNG's reply type; `_id` is added by the server; `_close`:
 hang up after replying) or None for no reply. It raises `ProtocolError` for a bad request. GE
-Lua is accepted only in the exact form of `s3.sim.beamng.FRICTION_LUA`.
+Lua is accepted only in the exact form of `s3.sim.beamng_wire.FRICTION_LUA`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from s3.sim.beamng import FRICTION_CHECK_LUA, FRICTION_LUA
 from s3.sim.beamng_standin.wire import ProtocolError
+from s3.sim.beamng_wire import FRICTION_CHECK_LUA, FRICTION_LUA
 
 if TYPE_CHECKING:
     from s3.sim.beamng_standin.server import BeamngStandin

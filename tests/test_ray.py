@@ -22,7 +22,8 @@ from test_train import TINY
 
 from s3.compute.executor import INSTANCE_ENV, Job, LocalExecutor, executor_for
 from s3.compute.params import ComputeParams, JobResources
-from s3.compute.ray_executor import RayExecutor, RayUnavailable, connect
+from s3.compute.ray_cluster import RayUnavailable, connect
+from s3.compute.ray_executor import RayExecutor
 from s3.compute.retry import RetryPolicy
 from s3.config import load_params
 from s3.sim.base import SimulatorRejected
@@ -202,7 +203,7 @@ def test_params_name_a_bad_backend_or_address() -> None:
 
 
 def test_a_loopback_address_is_joined_on_the_loopback_interface() -> None:
-    from s3.compute.ray_executor import _is_loopback
+    from s3.compute.ray_cluster import _is_loopback
 
     assert all(_is_loopback(a) for a in ("127.0.0.1:6379", "localhost:6379", "[::1]:6379", "127.0.1.1:1"))
     assert not any(_is_loopback(a) for a in ("10.0.0.5:6379", "auto", "ray://127.0.0.1:10001", "head.example:6379"))

@@ -6,7 +6,7 @@ starts at most as many as the cluster has room for now (`RaySimPool.fit`), and s
 error naming `compute.resources.source_env` when it has none. A pool built with
 `holds_cpus=False` (direct's validation env, which steps only while the training env waits) has
 actors that hold no CPUs. The requests, answers and errors (`SourceWorkerError`) are the local
-pool's. Ray is imported only here, through s3.compute.ray_executor.connect.
+pool's. Ray is imported only here, through s3.compute.ray_cluster.connect.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class RaySimPool(SimPool):
         compute: ComputeParams,
         holds_cpus: bool = True,
     ) -> None:
-        from s3.compute.ray_executor import connect
+        from s3.compute.ray_cluster import connect
 
         self.ray = connect(compute)
         self.timeout_s = float(timeout_s)
@@ -63,7 +63,7 @@ class RaySimPool(SimPool):
     def fit(compute: ComputeParams, wanted: int) -> int:
         """How many actors to start: `wanted`, or as many as the cluster's nodes have room for now
         (at least 1; with none, Ray's view is given ROOM_WAIT_S to catch up before a clear error)."""
-        from s3.compute.ray_executor import connect, fits, per_node
+        from s3.compute.ray_cluster import connect, fits, per_node
 
         ray, r = connect(compute), compute.resources.source_env
         want = {"CPU": r.num_cpus, "GPU": r.num_gpus}

@@ -14,7 +14,7 @@ Capabilities:
   brings its own.
 - Instances (`instances(sim)`; `external_instances`): the external simulators a stage's jobs spread
   over, one job at a time each (so one worker each), addressed `host:port` (on Ray, one custom resource each:
-  s3.compute.ray_executor.instance_resource); none for an embedded simulator, of which a worker
+  s3.compute.ray_cluster.instance_resource); none for an embedded simulator, of which a worker
   makes as many as it needs. A job finds its instance in INSTANCE_ENV and its lease in LEASE_ENV
   (set by s3.compute.executor, read by s3.sim.factory).
 

@@ -59,7 +59,7 @@ def fixed_tracks():
 
 
 def env_params(surface_label: bool):
-    from s3.rl.params import EnvParams
+    from s3.task.params import EnvParams
 
     return EnvParams(
         num_envs=N_CARS, episode_seconds=12.0, surface_label=surface_label, init_speed_max=15.0, stall_seconds=3.0

@@ -42,12 +42,12 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from s3.rl import SOURCE_WORKER_PRELOAD
-from s3.rl.params import EnvParams
 from s3.rl.task_env import TaskVecEnv
 from s3.sim.base import Control, SimulatorError
 from s3.task.actions import split_action
 from s3.task.observation import Observer
-from s3.task.rules import TERMS, EndRules, Rules
+from s3.task.params import EndRules, EnvParams
+from s3.task.rules import TERMS, Rules
 from s3.task.starts import Starts, sample_starts, start_pose
 from s3.tracks.track import Track
 from s3.workers import exit_with_parent, forkserver_context

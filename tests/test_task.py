@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from s3.config import SimParams
 from s3.evaluate.drivers import TrackState
 from s3.evaluate.policy_driver import PolicyDriver
 from s3.rl import source_env
 from s3.rl.controllers import PurePursuit
 from s3.rl.env import DistilledEnv
 from s3.sim.base import VehicleState
+from s3.sim.params import SimParams
 from s3.task.params import EndRules, EnvParams
 from s3.task.rules import BACKWARDS, OFF_TRACK, STALLED, TIME_OUT, Rules
 

@@ -1,6 +1,7 @@
 """s3.compute: how a stage's parallel work runs, and the one retry policy.
 
-    retry.RetryPolicy         which failures are retried, how often, with which waits (tenacity)
+    params.RetryPolicy        how often a job is retried, with which waits (tenacity): `compute.retry`
+    retry.retriable, call     which failures are retried; a call under the policy
     executor.Job, LocalExecutor, executor_for(params)
                               independent jobs (collection shards, seeds, evaluation runs) in
                               worker processes: results in job order, job-level retries, affinity

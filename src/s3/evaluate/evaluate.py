@@ -66,7 +66,7 @@ def evaluation_run(
 
     A lost connection drops this process's simulator and raises SimulatorLost (the job is retried).
     """
-    from s3.config import SimParams
+    from s3.sim.params import SimParams
 
     sim_params, ep = SimParams.model_validate_json(sim_json), EvaluateParams.model_validate_json(ep_json)
     sim = worker_sim(sim_params)

@@ -55,8 +55,7 @@ from s3.workers import prestart as start_forkserver
 
 if TYPE_CHECKING:
     from s3.compute.params import ComputeParams
-    from s3.config import SimParams
-    from s3.sim.aids import DriverAidsParams
+    from s3.sim.params import DriverAidsParams, SimParams
 
 STATE_COLUMNS = ("x", "y", "yaw", "vx", "vy", "yaw_rate", "steer")
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from s3.sim.base import SourceSim
+from s3.sim.base import SimulatorLost, SimulatorUnreachable, SourceSim
 
 if TYPE_CHECKING:
-    from s3.config import SimParams
-    from s3.sim.aids import DriverAidsParams
     from s3.sim.beamng_params import BeamngParams
+    from s3.sim.params import DriverAidsParams, SimParams
+
+# Set by the executor of a stage's jobs (s3.compute.executor) in the process that runs a job:
+INSTANCE_ENV = "S3_SIM_INSTANCE"  # the job's simulator instance (`instances`)
+LEASE_ENV = "S3_SIM_LEASE"  # "<executor token>:<jobs that instance was handed before>" (see worker_sim)
 
 
 def make_sim(params: SimParams, aids: DriverAidsParams | None = None) -> SourceSim:
@@ -40,9 +43,7 @@ def _bare_sim(params: SimParams) -> SourceSim:
 
 def beamng_params_here(params: SimParams) -> BeamngParams:
     """The BeamNG params of this process: pointed at the instance the executor gave its job
-    (s3.compute.executor.INSTANCE_ENV), if any."""
-    from s3.compute.executor import INSTANCE_ENV
-
+    (INSTANCE_ENV), if any."""
     address = os.environ.get(INSTANCE_ENV)
     return params.beamng.at(address) if address else params.beamng
 
@@ -63,9 +64,6 @@ def worker_sim(params: SimParams, aids: DriverAidsParams | None = None) -> Sourc
     another worker or another executor drove the instance since this process's last job (the lease
     is not the same executor's next one: that worker's scenario replaced ours). A simulator that cannot be made (nobody
     listening) is `SimulatorUnreachable`."""
-    from s3.compute.executor import INSTANCE_ENV, LEASE_ENV
-    from s3.sim.base import SimulatorLost, SimulatorUnreachable
-
     global _CACHED, _LEASE
     key = (
         params.model_dump_json()

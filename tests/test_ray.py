@@ -20,7 +20,8 @@ import torch
 from test_executor import _attempt, flaky, interval, on_instance, says_no, slow_square
 from test_train import TINY
 
-from s3.compute.executor import INSTANCE_ENV, Job, LocalExecutor, executor_for
+from s3.compute.backend import executor_for
+from s3.compute.executor import INSTANCE_ENV, Job, LocalExecutor
 from s3.compute.params import ComputeParams, JobResources, RetryPolicy
 from s3.compute.ray_executor import RayExecutor, RayUnavailable, connect
 from s3.config import load_params

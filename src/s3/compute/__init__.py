@@ -2,7 +2,8 @@
 
     params.RetryPolicy        how often a job is retried, with which waits (tenacity): `compute.retry`
     retry.retriable, call     which failures are retried; a call under the policy
-    executor.Job, LocalExecutor, executor_for(params)
+    executor.Job, LocalExecutor
+    backend.executor_for(params)
                               independent jobs (collection shards, seeds, evaluation runs) in
                               worker processes: results in job order, job-level retries, affinity
 

@@ -49,7 +49,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3.compute.params import ComputeParams, JobKind, RetryPolicy
+from s3.compute.params import RetryPolicy
 from s3.compute.retry import WorkerDied, call, describe, fatal, retriable
 from s3.sim.factory import INSTANCE_ENV, LEASE_ENV
 from s3.workers import exit_with_parent, forkserver_context, prestart
@@ -292,23 +292,3 @@ def _in_worker(environ: dict[str, str], fn: Callable[..., Any], args: tuple[Any,
         os.environ.clear()
         os.environ.update(environ)
     return fn(*args)
-
-
-def executor_for(
-    compute: ComputeParams | None,
-    kind: JobKind,
-    workers: int = 0,
-    preload: Sequence[str] = (),
-    label: str = "s3",
-    instances: Sequence[str] = (),
-    progress: bool = False,
-) -> Executor:
-    """The executor `compute.backend` names, for jobs of `kind` (their Ray resources):
-    `workers` and `preload` concern the local pool only (Ray's width is its cluster's resources);
-    `progress`: Ray shows jobs done / total across the cluster (a stage with a bar of its own: False)."""
-    compute = compute or ComputeParams()
-    if compute.backend == "ray":
-        from s3.compute.ray_executor import RayExecutor
-
-        return RayExecutor(compute, kind, label=label, instances=instances, progress=progress)
-    return LocalExecutor(workers, preload, compute.retry, label, instances)

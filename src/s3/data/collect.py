@@ -43,7 +43,8 @@ import pyarrow.parquet as pq
 from rich.progress import Progress
 
 from s3 import __version__
-from s3.compute.executor import Job, Outcome, executor_for
+from s3.compute.backend import executor_for
+from s3.compute.executor import Job, Outcome
 from s3.compute.retry import check_lost
 from s3.config import Params
 from s3.data.driver import ExplorationDriver

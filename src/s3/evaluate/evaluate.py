@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from s3.compute.executor import Job, executor_for
+from s3.compute.backend import executor_for
+from s3.compute.executor import Job
 from s3.compute.retry import check_lost
 from s3.evaluate.drivers import DriverFactory, PidFactory, cautious
 from s3.evaluate.metrics import run_metrics

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from s3.config import SimParams
 from s3.evaluate.drivers import PidDriver
 from s3.evaluate.params import PidParams
 from s3.evaluate.probes import _start, open_surface
 from s3.evaluate.run import run_lap
-from s3.sim.aids import CUT, FLOOR, RECOVER, DriverAidsParams, SlipControl, WithDriverAids
+from s3.sim.aids import CUT, FLOOR, RECOVER, SlipControl, WithDriverAids
 from s3.sim.base import Control, VehicleState
 from s3.sim.factory import make_sim
+from s3.sim.params import DriverAidsParams, SimParams
 
 BOTH = DriverAidsParams(traction_control=True, abs=True)
 

@@ -223,8 +223,8 @@ def test_a_malformed_sidecar_is_one_line_naming_file_and_line(tmp_path: Path, bo
 @pytest.fixture(scope="module")
 def aided_sim():
     from s3.config import Params
-    from s3.sim.aids import DriverAidsParams
     from s3.sim.factory import make_sim
+    from s3.sim.params import DriverAidsParams
 
     sim = make_sim(Params().sim, DriverAidsParams(traction_control=True, abs=True))  # the evaluation car
     yield sim

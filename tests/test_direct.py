@@ -14,13 +14,15 @@ import pytest
 import torch
 
 from s3.compute.sim_pool import SourceWorkerError
-from s3.config import Params, SimParams
+from s3.config import Params
 from s3.dynamics.bicycle import BicycleModel
 from s3.rl.bench import SOURCE_KEYS, bench_env
 from s3.rl.controllers import PurePursuit
 from s3.rl.env import DistilledEnv
-from s3.rl.params import EnvParams, TrainParams
+from s3.rl.params import TrainParams
 from s3.rl.source_env import SourceVecEnv
+from s3.sim.params import SimParams
+from s3.task.params import EnvParams
 from s3.task.rules import OFF_TRACK
 from s3.tracks.generate import procedural_track
 

@@ -24,8 +24,8 @@ from s3.dynamics.bicycle import FIT_NAMES, BicycleModel, fit_bicycle
 from s3.dynamics.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from s3.dynamics.dataset import RolloutArrays, RolloutDataModule, compute_stats, split_episodes
 from s3.dynamics.distill import DistillError, comparison_table, distill, train_model
-from s3.dynamics.params import FAMILIES, DistillParams
-from s3.dynamics.registry import new_model
+from s3.dynamics.params import DistillParams
+from s3.dynamics.registry import FAMILIES, new_model
 from s3.dynamics.single_track import COEFF_NAMES, SingleTrack, coeff_bounds, nominal_coeffs
 
 from doubles.synthetic_car import generate_rollouts, write_rollouts

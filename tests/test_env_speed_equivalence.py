@@ -24,9 +24,9 @@ from s3.dynamics.single_track import G, SingleTrack, _pacejka, coeff_bounds
 from s3.dynamics.transformer import INFERENCE_CHUNK as TR_CHUNK
 from s3.dynamics.transformer import TransformerModel, history_tokens
 from s3.rl.env import DistilledEnv
-from s3.rl.params import EnvParams
 from s3.task.layout import assemble, to_body
 from s3.task.observation import Observer
+from s3.task.params import EnvParams
 from s3.tracks.generate import procedural_track
 from s3.tracks.torch_track import TrackBatch, gather_rows, remainder_near
 from s3.tracks.track import FrictionPatch

@@ -17,7 +17,7 @@ from s3.evaluate.metrics import aggregate, mean_ci, off_track_events, pedal_swit
 from s3.evaluate.params import EvaluateParams
 from s3.evaluate.run import run_lap
 from s3.sim.base import Control, VehicleState
-from s3.task.rules import JudgeParams
+from s3.task.params import JudgeParams
 from s3.tracks.track import FrictionPatch, Track
 
 R = 100.0  # radius of the test circle (m); lap = 2 pi R
@@ -305,9 +305,9 @@ def test_policy_driver_drives_the_source_sim() -> None:
     """The env's observation-only pure-pursuit controller, through PolicyDriver, laps in MuJoCo."""
     from s3.evaluate.policy_driver import PolicyDriver
     from s3.rl.controllers import PurePursuit
-    from s3.rl.params import EnvParams
     from s3.sim.factory import make_sim
     from s3.task.layout import obs_layout
+    from s3.task.params import EnvParams
     from s3.tracks.generate import procedural_track
 
     sim = make_sim(Params().sim)

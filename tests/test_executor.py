@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from s3.compute.executor import INSTANCE_ENV, Job, LocalExecutor
-from s3.compute.retry import RetryPolicy
+from s3.compute.params import RetryPolicy
 from s3.sim.base import SimulatorLost, SimulatorRejected, SimulatorUnreachable
 
 FAST = RetryPolicy(retries=2, retry_backoff_s=0.01)
@@ -163,7 +163,7 @@ def test_a_worker_remakes_its_simulator_when_another_job_or_executor_drove_the_i
     outlived a stage) remakes it, even when the count happens to follow on."""
     import s3.sim.factory as factory
     from s3.compute.executor import LEASE_ENV
-    from s3.config import SimParams
+    from s3.sim.params import SimParams
 
     made: list[object] = []
 

@@ -13,9 +13,9 @@ from s3.cli import app
 from s3.config import Params
 from s3.evaluate.holdout import HOLDOUT_SEED, holdout, holdout_tracks
 from s3.rl.controllers import PurePursuit
-from s3.rl.params import EnvParams
 from s3.rl.tracks import validation_tracks
 from s3.task.layout import obs_layout
+from s3.task.params import EnvParams
 
 AIDED = {"sim": {"driver_aids": {"traction_control": True, "abs": True}}}
 

@@ -7,8 +7,9 @@ import torch
 
 from s3.rl.env import DistilledEnv
 from s3.rl.loop import Hooks, NonFiniteUpdate, PPOTrainer, StepBudget, WallClockBudget, train_loop
-from s3.rl.params import EnvParams, PPOParams
+from s3.rl.params import PPOParams
 from s3.rl.ppo import make_runner, quiet
+from s3.task.params import EnvParams
 from s3.tracks.generate import procedural_track
 
 PPO = PPOParams(actor_hidden=[32, 32], critic_hidden=[32], num_steps_per_env=8, learning_epochs=2, mini_batches=2)

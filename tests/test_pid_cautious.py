@@ -50,11 +50,10 @@ def test_the_cautious_profile_is_the_dry_one_scaled_everywhere() -> None:
 
 
 def test_pid_cautious_laps_the_icy_road_course_where_pid_blind_does_not() -> None:
-    from s3.config import SimParams
     from s3.evaluate.run import run_lap
-    from s3.sim.aids import DriverAidsParams
     from s3.sim.factory import make_sim
-    from s3.task.rules import JudgeParams
+    from s3.sim.params import DriverAidsParams, SimParams
+    from s3.task.params import JudgeParams
 
     sim = make_sim(SimParams(), DriverAidsParams(traction_control=True, abs=True))  # as the evaluate stage drives
     track = road_course("ice")

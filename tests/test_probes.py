@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from s3.config import SimParams
 from s3.evaluate.probes import MANOEUVRES, SECONDS, compare, model_traces, probe_model, source_traces
 from s3.sim.factory import make_sim
+from s3.sim.params import SimParams
 
 torch.set_num_threads(1)
 DT = 0.1

@@ -20,11 +20,11 @@ import torch
 from test_executor import _attempt, flaky, interval, on_instance, says_no, slow_square
 from test_train import TINY
 
-from s3.compute.executor import INSTANCE_ENV, Job, LocalExecutor, executor_for
-from s3.compute.params import ComputeParams, JobResources
+from s3.compute.backend import executor_for
+from s3.compute.executor import INSTANCE_ENV, Job, LocalExecutor
+from s3.compute.params import ComputeParams, JobResources, RetryPolicy
 from s3.compute.ray_cluster import RayUnavailable, connect
 from s3.compute.ray_executor import RayExecutor
-from s3.compute.retry import RetryPolicy
 from s3.config import load_params
 from s3.sim.base import SimulatorRejected
 

@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from s3.cli import app
-from s3.platform.regress import RegressParams, compare, record, run_check
+from s3.platform.params import RegressParams
+from s3.platform.regress import compare, record, run_check
 
 BIN = Path(sys.executable).parent
 

@@ -28,9 +28,9 @@ from typer.testing import CliRunner
 from s3.cli import app
 from s3.config import load_params
 from s3.rl.export import EXPORT, WEIGHTS, load_deployed, save_policy
-from s3.rl.params import EnvParams
 from s3.rl.ppo import build_actor
 from s3.task.layout import obs_layout
+from s3.task.params import EnvParams
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ["--params", str(ROOT / "params_quick.yaml")]

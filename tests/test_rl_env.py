@@ -16,12 +16,13 @@ from pydantic import ValidationError
 from s3.dynamics.base import DynamicsModel
 from s3.rl.controllers import PurePursuit, straight_line
 from s3.rl.env import DistilledEnv
-from s3.rl.params import EnvParams, TrackPoolParams, TrainParams
+from s3.rl.params import TrackPoolParams, TrainParams
 from s3.rl.rollout import drive_lap, run_episodes
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, circuit_track, mirrored, start_grid
 from s3.task.actions import command_to_policy, policy_to_command
 from s3.task.layout import obs_layout
 from s3.task.observation import Observer
+from s3.task.params import EnvParams
 from s3.task.rules import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT
 from s3.tracks.generate import procedural_track
 

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from s3.config import SimParams
 from s3.evaluate.drivers import TrackState
 from s3.evaluate.policy_driver import PolicyDriver
 from s3.rl import source_env
 from s3.rl.controllers import PurePursuit
 from s3.rl.env import DistilledEnv
-from s3.rl.params import EnvParams
 from s3.sim.base import VehicleState
-from s3.task.rules import BACKWARDS, OFF_TRACK, STALLED, TIME_OUT, EndRules, Rules
+from s3.sim.params import SimParams
+from s3.task.params import EndRules, EnvParams
+from s3.task.rules import BACKWARDS, OFF_TRACK, STALLED, TIME_OUT, Rules
 
 N, STEPS = 8, 90
 
@@ -179,7 +179,7 @@ def test_runs_are_judged_by_the_judging_rules_inside_the_model(bicycle, tracks_w
     """Training ends a turned-round car at once; the judging rules (source and model alike) let it drive on."""
     from s3.rl.controllers import straight_line
     from s3.rl.rollout import run_episodes
-    from s3.task.rules import JudgeParams
+    from s3.task.params import JudgeParams
 
     args = (straight_line(0.0), bicycle, tracks_with_ice, [0], [50.0])  # parked: no progress at all
     assert run_episodes(*args, max_seconds=6.0).reason == ["stalled"]  # training: 5 s without 2 m of progress

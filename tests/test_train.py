@@ -16,10 +16,11 @@ from s3.rl.bench import bench_env
 from s3.rl.env import DistilledEnv
 from s3.rl.export import EXPORT, WEIGHTS, deployable, load_actor, load_policy_fn, save_policy
 from s3.rl.loop import PPOTrainer
-from s3.rl.params import EnvParams, PPOParams, TrainParams
+from s3.rl.params import PPOParams, TrainParams
 from s3.rl.train import train, train_policy
 from s3.rl.validation import kept_index
 from s3.task.actions import policy_to_command
+from s3.task.params import EnvParams
 from s3.tracks.generate import procedural_track
 
 torch.set_num_threads(1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -17,43 +17,13 @@ from s3.data.params import CollectParams
 from s3.dynamics.params import DistillParams
 from s3.dynamics.registry import FAMILIES
 from s3.evaluate.params import EvaluateParams
-from s3.platform.regress import RegressParams
+from s3.platform.params import RegressParams
 from s3.rl.params import TrainParams
-from s3.sim.aids import DriverAidsParams
-from s3.sim.backends import sim_backend
-from s3.sim.beamng_params import BeamngParams
-from s3.sim.params import MujocoCarParams
+from s3.sim.params import SimParams
 
 
 class ParamsError(ValueError):
     """Invalid parameters; the message is one line naming the key."""
-
-
-class SimParams(BaseModel):
-    """Which source simulator, its control period, and the car's driver aids (the same car for every stage)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    backend: Literal["mujoco", "beamng"] = "mujoco"
-    control_dt: float = Field(0.1, gt=0.0, le=1.0, description="control period (s)")
-    mujoco: MujocoCarParams = MujocoCarParams()
-    beamng: BeamngParams = BeamngParams()
-    driver_aids: DriverAidsParams = Field(
-        default_factory=lambda: DriverAidsParams(traction_control=True, abs=True),
-        description="traction control / ABS of the one car everything drives: collection, probes, direct, evaluation (s3.sim.aids); "
-        "both off = the bare car (an ablation). The embedded car only: a BeamNG vehicle brings its own ESC / ABS (its part config)",
-    )
-
-    def aids(self) -> DriverAidsParams | None:
-        """s3's driver aids on this backend's car, or None: off, or BeamNG, whose vehicles carry their
-        own (jbeam ESC / ABS; s3's slip-based aids would need the per-wheel speeds BeamNG's
-        electrics do not report)."""
-        return self.driver_aids if sim_backend(self).driver_aids and self.driver_aids.enabled else None
-
-    @model_validator(mode="after")
-    def _whole_physics_steps(self) -> SimParams:
-        sim_backend(self).check_control_dt(self)
-        return self
 
 
 class FamilyEntry(BaseModel):

@@ -59,7 +59,7 @@ def fixed_tracks():
 
 
 def env_params(surface_label: bool):
-    from s3.rl.params import EnvParams
+    from s3.task.params import EnvParams
 
     return EnvParams(
         num_envs=N_CARS, episode_seconds=12.0, surface_label=surface_label, init_speed_max=15.0, stall_seconds=3.0
@@ -188,11 +188,11 @@ def builders(d: dict[str, np.ndarray], surface_label: bool) -> dict[str, np.ndar
 
 def pid_laps() -> dict[str, dict]:
     """`pid` on the road course in the evaluation's car, two starts per condition."""
-    from s3.config import SimParams
     from s3.evaluate.drivers import PidDriver
     from s3.evaluate.params import EvaluateParams
     from s3.evaluate.run import run_lap
     from s3.sim.factory import make_sim
+    from s3.sim.params import SimParams
     from s3.tracks.road_course import road_course
 
     ep = EvaluateParams()

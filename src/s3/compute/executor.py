@@ -17,7 +17,7 @@ Contract (any backend: this local pool, or Ray: s3.compute.ray_executor):
   except that an unreachable simulator stops the stage.
 - Affinity: jobs with the same `affinity` never run at once.
 - Instances: with `instances` (e.g. several BeamNG.tech addresses), each running job holds one
-  instance for itself and finds its address in the environment variable INSTANCE_ENV (one worker
+  instance for itself and finds its address in the environment variable INSTANCE_ENV (s3.sim.factory; one worker
   per instance). An instance whose job lost its simulator is *down*: jobs go to instances that are
   up while there are any, and a retried job to another instance than the one it failed on; an
   instance is up again once a job succeeds on it. So an instance that dies costs only the jobs it
@@ -49,8 +49,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3.compute.params import ComputeParams, JobKind
-from s3.compute.retry import RetryPolicy, WorkerDied, describe
+from s3.compute.params import RetryPolicy
+from s3.compute.retry import WorkerDied, call, describe, fatal, retriable
 from s3.sim.backends import INSTANCE_ENV, LEASE_ENV  # a job's simulator instance and its lease (s3.sim.factory)
 from s3.workers import exit_with_parent, forkserver_context, prestart
 
@@ -111,10 +111,8 @@ class Executor:
 
     def _given_up(self, job: Job, o: Outcome, error: BaseException, attempts: int) -> Outcome:
         """A job's last attempt failed: stop the stage, or report the job failed."""
-        if self.policy.fatal(error) and not (
-            self.policy.retriable(error) and self.instances and set(self.instances) - self.down
-        ):
-            if self.policy.retriable(error):  # an unreachable simulator (every instance), still so on the last attempt
+        if fatal(error) and not (retriable(error) and self.instances and set(self.instances) - self.down):
+            if retriable(error):  # an unreachable simulator (every instance), still so on the last attempt
                 raise type(error)(f"{error} ({job.name}, {attempts} attempts)") from None
             raise error
         o.error, o.retries = f"{error}", max(o.retries, attempts - 1)  # re-runs after a shared pool broke count too
@@ -134,7 +132,7 @@ class Executor:
 
     def _retry(self, job: Job, o: Outcome, error: BaseException, attempt: int) -> bool:
         """Whether a job that raised `error` on attempt `attempt` runs again."""
-        if not self.policy.retriable(error) or attempt > self.policy.retries:
+        if not retriable(error) or attempt > self.policy.retries:
             return False
         o.retries += 1
         o.causes.append(describe(error))
@@ -184,9 +182,9 @@ class LocalExecutor(Executor):
         if self.instances:  # one instance: this process drives it
             os.environ[INSTANCE_ENV] = self.instances[0]
         try:
-            o.value, o.retries = self.policy.call(lambda: job.fn(*job.args), on_retry)
+            o.value, o.retries = call(self.policy, lambda: job.fn(*job.args), on_retry)
         except BaseException as e:
-            if self.instances and self.policy.retriable(e):
+            if self.instances and retriable(e):
                 self.down.add(self.instances[0])
             return self._given_up(job, o, e, self.policy.retries + 1)
         finally:
@@ -247,7 +245,7 @@ class LocalExecutor(Executor):
                             broken.append(i)
                             continue
                         except BaseException as e:  # the job's own failure
-                            if instance is not None and self.policy.retriable(e):
+                            if instance is not None and retriable(e):
                                 self.down.add(instance)
                                 failed_on[i] = instance
                             if self._retry(jobs[i], outcomes[i], e, attempts[i]):
@@ -294,23 +292,3 @@ def _in_worker(environ: dict[str, str], fn: Callable[..., Any], args: tuple[Any,
         os.environ.clear()
         os.environ.update(environ)
     return fn(*args)
-
-
-def executor_for(
-    compute: ComputeParams | None,
-    kind: JobKind,
-    workers: int = 0,
-    preload: Sequence[str] = (),
-    label: str = "s3",
-    instances: Sequence[str] = (),
-    progress: bool = False,
-) -> Executor:
-    """The executor `compute.backend` names, for jobs of `kind` (their Ray resources):
-    `workers` and `preload` concern the local pool only (Ray's width is its cluster's resources);
-    `progress`: Ray shows jobs done / total across the cluster (a stage with a bar of its own: False)."""
-    compute = compute or ComputeParams()
-    if compute.backend == "ray":
-        from s3.compute.ray_executor import RayExecutor
-
-        return RayExecutor(compute, kind, label=label, instances=instances, progress=progress)
-    return LocalExecutor(workers, preload, compute.retry, label, instances)

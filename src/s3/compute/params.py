@@ -4,9 +4,36 @@ from __future__ import annotations
 
 from typing import Literal
 
+import tenacity
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from s3.compute.retry import RetryPolicy
+
+class RetryPolicy(BaseModel):
+    """The `compute.retry` params: how often a job is retried and how long each attempt waits, one policy for every
+    stage (which failures are retried, and the calls: s3.compute.retry)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    retries: int = Field(
+        3, ge=0, le=20, description="extra attempts for a job whose simulator connection or worker process was lost"
+    )
+    retry_backoff_s: float = Field(
+        1.0, ge=0.0, le=600.0, description="wait before the first retry (s); doubles with each further retry"
+    )
+    max_backoff_s: float = Field(60.0, ge=0.0, le=3600.0, description="longest wait between two attempts (s)")
+
+    def wait_s(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt `attempt` (1-based) before the next."""
+        wait = tenacity.wait_exponential(multiplier=self.retry_backoff_s, exp_base=2, min=0, max=self.max_backoff_s)
+        return float(wait(_State(attempt))) if self.retry_backoff_s > 0 else 0.0
+
+
+class _State:
+    """The piece of tenacity's RetryCallState that its wait strategies read."""
+
+    def __init__(self, attempt_number: int) -> None:
+        self.attempt_number = attempt_number
+
 
 JobKind = Literal["collect", "train", "evaluate", "source_env"]
 

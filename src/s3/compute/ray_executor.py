@@ -60,7 +60,7 @@ from typing import Any
 from s3.compute.executor import INSTANCE_ENV, LEASE_ENV, Executor, Job, Outcome
 from s3.compute.params import ComputeParams, JobKind
 from s3.compute.ray_cluster import RayUnavailable, check_fits, connect, fits, instance_resource, per_node
-from s3.compute.retry import WorkerDied
+from s3.compute.retry import WorkerDied, retriable
 from s3.sim.base import SimulatorUnreachable
 
 ENV_PREFIX = "S3_"  # the environment variables a task inherits from this process
@@ -211,7 +211,7 @@ class RayExecutor(Executor):
                     except Exception as e:
                         error = e if ref in stranded else self._cause(e)
                         if (
-                            instance is not None and self.policy.retriable(error) and not isinstance(error, WorkerDied)
+                            instance is not None and retriable(error) and not isinstance(error, WorkerDied)
                         ):  # the worker died, not the simulator
                             self.down.add(instance)
                             failed_on[i] = instance

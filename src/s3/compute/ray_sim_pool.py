@@ -22,8 +22,7 @@ from s3.compute.sim_pool import SimPool, SimWorker, SourceWorkerError
 
 if TYPE_CHECKING:
     from s3.compute.params import ComputeParams
-    from s3.config import SimParams
-    from s3.sim.aids import DriverAidsParams
+    from s3.sim.params import DriverAidsParams, SimParams
     from s3.tracks.track import Track
 
 ROOM_WAIT_S = 10.0  # Ray's view of free resources lags a kill by a moment: how long to let it catch up

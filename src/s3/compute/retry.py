@@ -5,19 +5,22 @@ and only for failures that may clear up: a lost simulator connection (`Simulator
 worker process that died (`WorkerDied`). Everything else repeats deterministically and is not
 retried: a physics failure, a bug, and a simulator that answered with an error
 (`SimulatorRejected`). Attempt k + 1 waits `backoff_s * 2**k` seconds, at most `max_backoff_s`
-(tenacity's exponential wait). When the retries are spent the job is reported lost, except that a
-simulator nobody could reach at all (`SimulatorUnreachable`) stops the stage.
+(tenacity's exponential wait; the numbers are `compute.retry`, s3.compute.params.RetryPolicy). When
+the retries are spent the job is reported lost, except that a simulator nobody could reach at all
+(`SimulatorUnreachable`) stops the stage.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import tenacity
-from pydantic import BaseModel, ConfigDict, Field
 
 from s3.sim.base import SimulatorLost, SimulatorRejected, SimulatorUnreachable
+
+if TYPE_CHECKING:
+    from s3.compute.params import RetryPolicy
 
 T = TypeVar("T")
 
@@ -26,50 +29,34 @@ class WorkerDied(RuntimeError):
     """The worker process running a job ended without an answer (killed, crashed, os._exit)."""
 
 
-class RetryPolicy(BaseModel):
-    """The `compute.retries` / `compute.retry_backoff_s` params: one policy for every stage."""
+def retriable(error: BaseException) -> bool:
+    """Whether this failure may clear up on another attempt."""
+    return isinstance(error, (SimulatorLost, WorkerDied)) and not isinstance(error, SimulatorRejected)
 
-    model_config = ConfigDict(extra="forbid")
 
-    retries: int = Field(
-        3, ge=0, le=20, description="extra attempts for a job whose simulator connection or worker process was lost"
+def fatal(error: BaseException) -> bool:
+    """Whether this failure, on a job's last attempt, stops the stage rather than losing the job."""
+    return isinstance(error, SimulatorUnreachable) or not retriable(error)
+
+
+def call(
+    policy: RetryPolicy, fn: Callable[[], T], on_retry: Callable[[int, BaseException, float], None] | None = None
+) -> tuple[T, int]:
+    """fn() under `policy` in this process: (its value, retries used); the last failure propagates."""
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(policy.retries + 1),
+        wait=lambda state: policy.wait_s(state.attempt_number),
+        retry=tenacity.retry_if_exception(retriable),
+        before_sleep=(lambda s: on_retry(s.attempt_number, s.outcome.exception(), s.upcoming_sleep))
+        if on_retry
+        else None,
+        reraise=True,
     )
-    retry_backoff_s: float = Field(
-        1.0, ge=0.0, le=600.0, description="wait before the first retry (s); doubles with each further retry"
-    )
-    max_backoff_s: float = Field(60.0, ge=0.0, le=3600.0, description="longest wait between two attempts (s)")
-
-    def retriable(self, error: BaseException) -> bool:
-        """Whether this failure may clear up on another attempt."""
-        return isinstance(error, (SimulatorLost, WorkerDied)) and not isinstance(error, SimulatorRejected)
-
-    def fatal(self, error: BaseException) -> bool:
-        """Whether this failure, on a job's last attempt, stops the stage rather than losing the job."""
-        return isinstance(error, SimulatorUnreachable) or not self.retriable(error)
-
-    def wait_s(self, attempt: int) -> float:
-        """Seconds to wait after failed attempt `attempt` (1-based) before the next."""
-        wait = tenacity.wait_exponential(multiplier=self.retry_backoff_s, exp_base=2, min=0, max=self.max_backoff_s)
-        return float(wait(_State(attempt))) if self.retry_backoff_s > 0 else 0.0
-
-    def call(
-        self, fn: Callable[[], T], on_retry: Callable[[int, BaseException, float], None] | None = None
-    ) -> tuple[T, int]:
-        """fn() with this policy in this process: (its value, retries used); the last failure propagates."""
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.retries + 1),
-            wait=lambda state: self.wait_s(state.attempt_number),
-            retry=tenacity.retry_if_exception(self.retriable),
-            before_sleep=(lambda s: on_retry(s.attempt_number, s.outcome.exception(), s.upcoming_sleep))
-            if on_retry
-            else None,
-            reraise=True,
-        )
-        for attempt in retrying:
-            with attempt:
-                value = fn()
-            n = attempt.retry_state.attempt_number
-        return value, n - 1
+    for attempt in retrying:
+        with attempt:
+            value = fn()
+        n = attempt.retry_state.attempt_number
+    return value, n - 1
 
 
 class TooMuchLost(RuntimeError):
@@ -85,13 +72,6 @@ def check_lost(stage: str, lost: int, total: int, fail_at_share: float, first_er
         f"{stage}: {lost} of {total} lost to the simulator after the retries (compute.fail_at_lost_share {fail_at_share:g}); "
         f"first error: {first_error}; see {record}"
     )
-
-
-class _State:
-    """The piece of tenacity's RetryCallState that its wait strategies read."""
-
-    def __init__(self, attempt_number: int) -> None:
-        self.attempt_number = attempt_number
 
 
 def describe(error: BaseException) -> str:

@@ -12,7 +12,7 @@ forkserver; s3.workers): no fork of a process that runs torch threads. A worker 
 process that made the pool (the orphan watch). A worker that dies, hangs past `timeout_s` or
 reports an error raises `SourceWorkerError` naming it; `close()` stops them all.
 
-`open_sim_pool` chooses this pool or its Ray twin (s3.compute.ray_sim_pool, `compute.backend: ray`).
+`s3.compute.backend.open_sim_pool` chooses this pool or its Ray twin (s3.compute.ray_sim_pool, `compute.backend: ray`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,7 @@ from s3.workers import exit_with_parent, forkserver_context
 from s3.workers import prestart as start_forkserver
 
 if TYPE_CHECKING:
-    from s3.compute.params import ComputeParams
-    from s3.config import SimParams
-    from s3.sim.aids import DriverAidsParams
+    from s3.sim.params import DriverAidsParams, SimParams
     from s3.tracks.track import Track
 
 STATE_COLUMNS = ("x", "y", "yaw", "vx", "vy", "yaw_rate", "steer")  # a car's state row, as the workers answer
@@ -226,26 +224,3 @@ class SimPool:
         for conn in self.conns:
             conn.close()
         self.procs, self.conns = [], []
-
-
-def open_sim_pool(
-    sim: SimParams,
-    tracks: Sequence[Track],
-    cars: int,
-    workers: int,
-    timeout_s: float,
-    aids: DriverAidsParams | None = None,
-    compute: ComputeParams | None = None,
-    holds_cpus: bool = True,
-    preload: Sequence[str] = PRELOAD,
-) -> SimPool:
-    """`cars` simulators split as evenly as can be over `workers` processes, or over Ray actors
-    when `compute` names the `ray` backend (s3.compute.ray_sim_pool: at most as many as the cluster
-    has room for now, unless `holds_cpus` is False: actors that hold no CPUs)."""
-    split = lambda w: [len(c) for c in np.array_split(np.arange(int(cars)), w)]
-    if compute is not None and compute.backend == "ray":
-        from s3.compute.ray_sim_pool import RaySimPool
-
-        w = RaySimPool.fit(compute, workers) if holds_cpus else workers
-        return RaySimPool(sim, tracks, split(w), timeout_s, aids, compute, holds_cpus)
-    return SimPool(sim, tracks, counts=split(workers), timeout_s=timeout_s, aids=aids, preload=preload)

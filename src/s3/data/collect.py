@@ -43,7 +43,8 @@ import pyarrow.parquet as pq
 from rich.progress import Progress
 
 from s3 import __version__
-from s3.compute.executor import Job, Outcome, executor_for
+from s3.compute.backend import executor_for
+from s3.compute.executor import Job, Outcome
 from s3.compute.retry import check_lost
 from s3.config import Params
 from s3.data.driver import ExplorationDriver
@@ -346,9 +347,12 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics
         check_lost(
             "collect", manifest["episodes_lost"], c.episodes, params.compute.fail_at_lost_share, first, str(path)
         )
+        from s3.data.samples import sample_episodes
         from s3.viz.collect_plots import plot_sample_episodes
 
-        plot_sample_episodes(out, root / c.plot_dir / "sample_episodes.png", params)
+        tracks_json = c.tracks.model_dump_json()
+        episodes = sample_episodes(out, lambda track_id: track_for(track_id, tracks_json))
+        plot_sample_episodes(episodes, root / c.plot_dir / "sample_episodes.png")
     return path
 
 

@@ -34,8 +34,8 @@ from s3.dynamics.checkpoint import save_checkpoint
 from s3.dynamics.dataset import RolloutArrays, RolloutDataModule
 from s3.dynamics.lightning_module import DynamicsLitModule, KeepBest, NonFiniteLossError
 from s3.dynamics.metrics import ICE_MU, evaluate
-from s3.dynamics.params import FAMILIES, DistillParams
-from s3.dynamics.registry import new_model
+from s3.dynamics.params import DistillParams
+from s3.dynamics.registry import FAMILIES, new_model
 from s3.io import json_safe, write_json_atomic
 
 

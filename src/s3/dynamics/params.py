@@ -12,8 +12,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from s3.dynamics.registry import FAMILIES  # noqa: F401  (the families the code implements)
-
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")

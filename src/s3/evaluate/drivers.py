@@ -26,8 +26,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from s3.evaluate.params import PidParams
-from s3.sim.aids import DriverAidsParams, SlipControl, WithDriverAids
+from s3.sim.aids import SlipControl, WithDriverAids
 from s3.sim.base import Control, SourceSim, VehicleState
+from s3.sim.params import DriverAidsParams
 from s3.tracks.track import Track
 
 PROFILE_DS = 1.0  # m between speed-profile samples

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from s3.compute.executor import Job, executor_for
+from s3.compute.backend import executor_for
+from s3.compute.executor import Job
 from s3.compute.retry import check_lost
 from s3.evaluate.drivers import DriverFactory, PidFactory, cautious
 from s3.evaluate.metrics import run_metrics
@@ -66,7 +67,7 @@ def evaluation_run(
 
     A lost connection drops this process's simulator and raises SimulatorLost (the job is retried).
     """
-    from s3.config import SimParams
+    from s3.sim.params import SimParams
 
     sim_params, ep = SimParams.model_validate_json(sim_json), EvaluateParams.model_validate_json(ep_json)
     sim = worker_sim(sim_params)

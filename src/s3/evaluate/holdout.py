@@ -25,9 +25,10 @@ import torch
 
 from s3.evaluate.drivers import PidDriver
 from s3.evaluate.run import run_lap
-from s3.rl.params import EnvParams, TrackPoolParams
+from s3.rl.params import TrackPoolParams
 from s3.rl.tracks import start_grid, validation_tracks
 from s3.sim.factory import make_sim
+from s3.task.params import EnvParams
 from s3.tracks.generate import ProceduralTrackParams
 from s3.tracks.track import Track
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from s3.task.rules import JudgeParams
+from s3.task.params import JudgeParams
 
 
 class _Section(BaseModel):

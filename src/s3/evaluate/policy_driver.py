@@ -21,9 +21,9 @@ import torch
 
 from s3.compute.files import Files, pack, unpacked
 from s3.evaluate.drivers import DriverFactory, TrackState
-from s3.rl.params import EnvParams
 from s3.sim.base import Control, SourceSim, VehicleState
 from s3.task.observation import Observer
+from s3.task.params import EnvParams
 from s3.tracks.track import Track
 
 Policy = Callable[[torch.Tensor], torch.Tensor]

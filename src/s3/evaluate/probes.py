@@ -26,8 +26,8 @@ from rich.table import Table
 from s3.config import ParamsError
 from s3.dynamics.base import DynamicsModel
 from s3.rl.env import DistilledEnv
-from s3.rl.params import EnvParams
 from s3.sim.base import Control, SourceSim
+from s3.task.params import EnvParams
 from s3.tracks.geometry import wrap_angle
 from s3.tracks.track import Track
 

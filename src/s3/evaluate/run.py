@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from s3.evaluate.drivers import Driver, TrackState
-from s3.rl.params import RewardParams
 from s3.sim.base import Control, SimulatorError, SimulatorLost, SourceSim, VehicleState
 from s3.task.frame import TrackFrame, wrap
+from s3.task.params import JudgeParams, RewardParams
 from s3.task.rules import REASONS as TASK_REASONS
-from s3.task.rules import JudgeParams, Rules
+from s3.task.rules import Rules
 from s3.tracks.geometry import wrap_angle
 from s3.tracks.track import Track
 

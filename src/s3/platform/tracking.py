@@ -481,7 +481,7 @@ def log_collect(
 
 def log_distill(params: Any, families: Iterable[str], root: str | Path = ".") -> None:
     """The distill stage: each family's params, accuracy metrics, plots and model card in its run."""
-    from s3.dynamics.params import FAMILIES
+    from s3.dynamics.registry import FAMILIES
 
     for fam in families:
         others = set(FAMILIES) - {fam}

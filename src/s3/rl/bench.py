@@ -37,7 +37,7 @@ from s3.rl.params import TrainParams
 from s3.tracks.generate import procedural_track
 
 if TYPE_CHECKING:
-    from s3.config import SimParams
+    from s3.sim.params import SimParams
 
 
 SOURCE_KEYS = (
@@ -131,7 +131,7 @@ def bench_env(
         out["peak_memory_mb"][str(n)] = round(_peak_mb(dev), 1)
         del trainer, env
     if source_seconds > 0:
-        from s3.config import SimParams
+        from s3.sim.params import SimParams
 
         out.update(bench_source(sim or SimParams(), params, source_seconds, direct_seconds, direct_workers, tracks[:4]))
         one, ppo = out["source_control_steps_per_s"], out["direct_ppo_steps_per_s"]

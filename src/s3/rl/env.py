@@ -54,11 +54,11 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from s3.dynamics.base import DynamicsModel, integrate_pose
-from s3.rl.params import EnvParams
 from s3.rl.task_env import TaskVecEnv
 from s3.task.actions import split_action
 from s3.task.observation import Observer
-from s3.task.rules import TERMS, EndRules, Rules
+from s3.task.params import EndRules, EnvParams
+from s3.task.rules import TERMS, Rules
 from s3.task.starts import Starts, sample_starts, start_pose
 from s3.task.window import Window
 from s3.tracks.torch_track import TrackBatch

@@ -285,7 +285,7 @@ def saved_steer_full_speed(meta: dict[str, Any]) -> float:
 
 def policy_env_params(meta: dict[str, Any]) -> Any:
     """The EnvParams a saved policy was trained with (its observation layout depends on them)."""
-    from s3.rl.params import EnvParams
+    from s3.task.params import EnvParams
 
     return EnvParams.model_validate(meta["params"]["env"])
 

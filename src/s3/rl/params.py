@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from s3.task.params import EnvParams
 from s3.tracks.generate import ProceduralTrackParams
 
 
@@ -24,79 +25,6 @@ class _Section(BaseModel):
 def _training_tracks() -> ProceduralTrackParams:
     """Procedural training tracks: the generator's shapes, with friction patches on most tracks."""
     return ProceduralTrackParams(patch_probability=0.6, patches_min=1, patches_max=5, patch_length_max=100.0)
-
-
-class RewardParams(_Section):
-    """Reward per control step (see s3.rl.env for the formula)."""
-
-    progress: float = Field(0.1, ge=0.0, le=100.0, description="reward per metre of progress along the centerline")
-    off_track: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when leaving the road (terminates)")
-    backwards: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when turned around or reversing (terminates)")
-    stall: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when stalled (terminates)")
-    action_rate: float = Field(
-        0.02, ge=0.0, le=100.0, description="penalty weight on |a[t] - a[t-1]|^2 (policy action)"
-    )
-
-
-class EnvParams(_Section):
-    """The distilled environment: episode, observation, terminations and domain randomisation."""
-
-    num_envs: int = Field(1024, ge=1, le=262144, description="vehicles stepped together")
-    episode_seconds: float = Field(60.0, gt=0.0, le=3600.0, description="time limit (reported as time-out)")
-    obs_history: int = Field(4, ge=0, le=50, description="past (state, command) pairs in the observation")
-    preview_points: int = Field(20, ge=1, le=200, description="centerline preview points")
-    preview_spacing: float = Field(5.0, gt=0.0, le=50.0, description="metres between preview points")
-    surface_label: bool = Field(False, description="observe the friction under and ahead of the car")
-    surface_ahead: list[float] = Field(
-        default_factory=lambda: [5.0, 10.0, 20.0, 35.0, 50.0], description="metres ahead for the friction preview"
-    )
-    steer_full_speed: float = Field(
-        0.0,
-        ge=0.0,
-        le=100.0,
-        description="speed-sensitive steering: above this (m/s) the steering range shrinks as 1/v^2 (s3.task.actions); 0 = off",
-    )
-    off_track_margin: float = Field(
-        0.0, ge=-5.0, le=10.0, description="metres beyond the road edge still counted on track (car centre)"
-    )
-    backwards_heading: float = Field(
-        1.75, gt=0.5, le=3.15, description="|heading error| (rad) that ends an episode as 'backwards'"
-    )
-    backwards_distance: float = Field(
-        5.0, gt=0.0, le=1000.0, description="net reverse progress (m) that ends an episode"
-    )
-    stall_seconds: float = Field(
-        5.0, gt=0.0, le=3600.0, description="an episode ends if progress stays below stall_distance this long"
-    )
-    stall_distance: float = Field(2.0, gt=0.0, le=1000.0, description="metres of progress that restart the stall clock")
-    max_speed: float = Field(80.0, gt=1.0, le=1000.0, description="|(vx, vy)| above this is an absurd model output")
-    max_yaw_rate: float = Field(15.0, gt=0.1, le=1000.0, description="|yaw rate| above this is an absurd model output")
-    max_steer: float = Field(
-        1.5, gt=0.1, le=10.0, description="|steer| (road-wheel angle, rad) above this is an absurd model output"
-    )
-    init_speed_min: float = Field(0.0, ge=0.0, le=60.0, description="initial speed range (m/s)")
-    init_speed_max: float = Field(15.0, ge=0.0, le=60.0)
-    init_lateral: float = Field(
-        0.5, ge=0.0, le=1.0, description="initial lateral offset as a fraction of the half width"
-    )
-    init_heading: float = Field(0.15, ge=0.0, le=1.0, description="initial heading error range (rad, uniform +-)")
-    projection_window: int = Field(8, ge=2, le=256, description="segments searched either side of the last projection")
-    track_ds: float = Field(1.0, gt=0.05, le=10.0, description="resampling of the tracks inside the env (m)")
-    compile_model: bool = Field(
-        False,
-        description="torch.compile the transformer families' network (~1.2-1.3x env steps/s on CPU; compiles on the first step)",
-    )
-    reward: RewardParams = RewardParams()
-
-    @model_validator(mode="after")
-    def _ranges(self) -> EnvParams:
-        if self.init_speed_min > self.init_speed_max:
-            raise ValueError("init_speed_min must not exceed init_speed_max")
-        if not self.surface_ahead or any(d < 0 or d > 500 for d in self.surface_ahead):
-            raise ValueError("surface_ahead needs 1+ distances in [0, 500] m")
-        if self.projection_window * self.track_ds < 3.0:
-            raise ValueError("projection_window * track_ds must cover at least 3 m (one step at 30 m/s)")
-        return self
 
 
 class CircuitTrackParams(_Section):

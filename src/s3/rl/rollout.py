@@ -28,8 +28,8 @@ from torch import Tensor
 
 from s3.dynamics.base import DynamicsModel
 from s3.rl.env import DistilledEnv
-from s3.rl.params import EnvParams
-from s3.task.rules import REASONS, TIME_OUT, EndRules
+from s3.task.params import EndRules, EnvParams
+from s3.task.rules import REASONS, TIME_OUT
 from s3.tracks.track import Track
 
 Policy = Callable[[Tensor], Tensor]

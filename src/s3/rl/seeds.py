@@ -50,7 +50,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from s3.compute.executor import Job, Outcome, executor_for
+from s3.compute.backend import executor_for
+from s3.compute.executor import Job, Outcome
 from s3.compute.files import Files, pack, unpack, unpacked
 from s3.compute.params import ComputeParams
 from s3.io import atomic_path, write_json_atomic

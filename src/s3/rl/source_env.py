@@ -13,7 +13,7 @@ Differences, all forced by the source simulator:
   every source-simulator client (s3.task.observation), because the source simulator has no
   cheap "hold this speed" throttle table.
 
-Processes. The cars live in a pool of source simulators (s3.compute.sim_pool.open_sim_pool): W
+Processes. The cars live in a pool of source simulators (s3.compute.backend.open_sim_pool): W
 worker processes holding N/W cars each, from a forkserver that has imported SOURCE_WORKER_PRELOAD
 once, or with `compute` naming the `ray` backend, Ray actors (s3.compute.ray_sim_pool). The main
 process samples starts, batches commands and states as tensors and computes everything else. A
@@ -34,21 +34,21 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from s3.compute import sim_pool
-from s3.compute.sim_pool import STATE_COLUMNS, SimPool, SourceWorkerError, open_sim_pool, resolve_workers
+from s3.compute.backend import open_sim_pool
+from s3.compute.sim_pool import STATE_COLUMNS, SimPool, SourceWorkerError, resolve_workers
 from s3.rl import SOURCE_WORKER_PRELOAD
-from s3.rl.params import EnvParams
 from s3.rl.task_env import TaskVecEnv
 from s3.sim.backends import side_by_side_names, sim_backend
 from s3.task.actions import split_action
 from s3.task.observation import Observer
-from s3.task.rules import TERMS, EndRules, Rules
+from s3.task.params import EndRules, EnvParams
+from s3.task.rules import TERMS, Rules
 from s3.task.starts import Starts, sample_starts, start_pose
 from s3.tracks.track import Track
 
 if TYPE_CHECKING:
     from s3.compute.params import ComputeParams
-    from s3.config import SimParams
-    from s3.sim.aids import DriverAidsParams
+    from s3.sim.params import DriverAidsParams, SimParams
 
 __all__ = ["STATE_COLUMNS", "SourceVecEnv", "SourceWorkerError", "prestart", "resolve_workers"]
 

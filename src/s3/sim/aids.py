@@ -18,28 +18,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from s3.sim.base import Control, SourceSim, VehicleState
+from s3.sim.params import DriverAidsParams
 
 if TYPE_CHECKING:
     from s3.tracks.track import Track
-
-
-class DriverAidsParams(BaseModel):
-    """The `sim.driver_aids:` section. The class default is the bare car (both off); params.yaml's
-    default (s3.config.SimParams) turns both on."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    traction_control: bool = Field(False, description="cut throttle while a driven (rear) wheel spins")
-    abs: bool = Field(False, description="ease the brakes while a wheel locks")
-    slip_limit: float = Field(0.12, gt=0.0, le=1.0, description="allowed longitudinal wheel slip ratio")
-    min_speed: float = Field(2.0, ge=0.0, le=20.0, description="below this forward speed (m/s) the aids stay out")
-
-    @property
-    def enabled(self) -> bool:
-        return self.traction_control or self.abs
 
 
 CUT, RECOVER, FLOOR = 0.6, 0.15, 0.1  # per control period: scale on slip, recovery step, lowest scale

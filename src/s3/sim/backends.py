@@ -23,14 +23,15 @@ Importing this module imports no simulator: each one's module is imported when i
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from s3.config import SimParams
     from s3.sim.base import SourceSim
+    from s3.sim.params import SimParams
 
 INSTANCE_ENV = "S3_SIM_INSTANCE"  # a job's simulator instance (`SimBackend.instances`), set by the executor
 LEASE_ENV = "S3_SIM_LEASE"  # "<executor token>:<jobs that instance was handed before>" (s3.sim.factory.worker_sim)
@@ -42,6 +43,7 @@ class SimBackend:
 
     name: str
     module: str  # the module that holds its SourceSim: what a worker process preloads
+    simulator: str  # the SourceSim class in `module`
     real_time: bool
     side_by_side: bool
     not_side_by_side: str  # why `side_by_side` is False ("" when it is True)
@@ -54,11 +56,16 @@ class SimBackend:
     check_control_dt: Callable[[SimParams], None]  # ValueError unless sim.control_dt is whole physics steps
 
 
+def _simulator_class(name: str) -> type[SourceSim]:
+    """The SourceSim class of backend `name`, imported now (its `module`'s `simulator`): the
+    simulators import their params, which ask this descriptor, so the link back is by name."""
+    backend = BACKENDS[name]
+    return getattr(importlib.import_module(backend.module), backend.simulator)
+
+
 # ---------------------------------------------------------------------------- mujoco
 def _make_mujoco(sim: SimParams) -> SourceSim:
-    from s3.sim.mujoco_car import MujocoCar
-
-    return MujocoCar(sim.mujoco, control_dt=sim.control_dt)
+    return _simulator_class("mujoco")(sim.mujoco, control_dt=sim.control_dt)
 
 
 def _mujoco_version() -> str:
@@ -77,10 +84,9 @@ def _mujoco_control_dt(sim: SimParams) -> None:
 
 # ---------------------------------------------------------------------------- beamng
 def _make_beamng(sim: SimParams) -> SourceSim:
-    from s3.sim.beamng import BeamngSim  # imports beamngpy (~2 s): only for this backend
-
     address = os.environ.get(INSTANCE_ENV)  # the instance the executor gave this job, if any
-    return BeamngSim(sim.beamng.at(address) if address else sim.beamng, control_dt=sim.control_dt)
+    beamng = sim.beamng.at(address) if address else sim.beamng
+    return _simulator_class("beamng")(beamng, control_dt=sim.control_dt)  # imports beamngpy (~2 s): only here
 
 
 def _beamng_version() -> str:
@@ -104,6 +110,7 @@ BACKENDS: dict[str, SimBackend] = {
         SimBackend(
             name="mujoco",
             module="s3.sim.mujoco_car",
+            simulator="MujocoCar",
             real_time=False,
             side_by_side=True,
             not_side_by_side="",
@@ -118,6 +125,7 @@ BACKENDS: dict[str, SimBackend] = {
         SimBackend(
             name="beamng",
             module="s3.sim.beamng",
+            simulator="BeamngSim",
             real_time=True,
             side_by_side=False,
             not_side_by_side="one beamng instance steps one car at about real time",

@@ -9,8 +9,7 @@ from s3.sim.backends import INSTANCE_ENV, LEASE_ENV, sim_backend
 from s3.sim.base import SourceSim
 
 if TYPE_CHECKING:
-    from s3.config import SimParams
-    from s3.sim.aids import DriverAidsParams
+    from s3.sim.params import DriverAidsParams, SimParams
 
 
 def make_sim(params: SimParams, aids: DriverAidsParams | None = None) -> SourceSim:

@@ -1,4 +1,5 @@
-"""Vehicle and physics parameters of the embedded MuJoCo car (a rear-wheel-drive sedan).
+"""The `sim:` section of params.yaml: which source simulator, its control period, the car's driver
+aids, and the vehicle and physics parameters of the embedded MuJoCo car (a rear-wheel-drive sedan).
 
 One validated model so that a config file or an experiment sweep cannot silently produce a car
 that the physics loop cannot integrate (negative masses, a relaxation length of zero, ...).
@@ -6,7 +7,12 @@ that the physics loop cannot integrate (negative masses, a relaxation length of 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from s3.sim.backends import sim_backend
+from s3.sim.beamng_params import BeamngParams
 
 
 class MujocoCarParams(BaseModel):
@@ -69,3 +75,46 @@ class MujocoCarParams(BaseModel):
     low_speed_damping: float = Field(1500.0, ge=0.0, le=4000.0, description="slip damping at rest, N s/m per wheel")
     default_mu: float = Field(1.0, gt=0.0, le=2.0, description="peak friction when no track is given")
     friction_grid_res: float = Field(0.25, gt=0.01, le=5.0, description="raster cell of the friction map, m")
+
+
+class DriverAidsParams(BaseModel):
+    """The `sim.driver_aids:` section. The class default is the bare car (both off); params.yaml's
+    default (SimParams) turns both on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    traction_control: bool = Field(False, description="cut throttle while a driven (rear) wheel spins")
+    abs: bool = Field(False, description="ease the brakes while a wheel locks")
+    slip_limit: float = Field(0.12, gt=0.0, le=1.0, description="allowed longitudinal wheel slip ratio")
+    min_speed: float = Field(2.0, ge=0.0, le=20.0, description="below this forward speed (m/s) the aids stay out")
+
+    @property
+    def enabled(self) -> bool:
+        return self.traction_control or self.abs
+
+
+class SimParams(BaseModel):
+    """Which source simulator, its control period, and the car's driver aids (the same car for every stage)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["mujoco", "beamng"] = "mujoco"
+    control_dt: float = Field(0.1, gt=0.0, le=1.0, description="control period (s)")
+    mujoco: MujocoCarParams = MujocoCarParams()
+    beamng: BeamngParams = BeamngParams()
+    driver_aids: DriverAidsParams = Field(
+        default_factory=lambda: DriverAidsParams(traction_control=True, abs=True),
+        description="traction control / ABS of the one car everything drives: collection, probes, direct, evaluation (s3.sim.aids); "
+        "both off = the bare car (an ablation). The embedded car only: a BeamNG vehicle brings its own ESC / ABS (its part config)",
+    )
+
+    def aids(self) -> DriverAidsParams | None:
+        """s3's driver aids on this backend's car, or None: off, or BeamNG, whose vehicles carry their
+        own (jbeam ESC / ABS; s3's slip-based aids would need the per-wheel speeds BeamNG's
+        electrics do not report)."""
+        return self.driver_aids if sim_backend(self).driver_aids and self.driver_aids.enabled else None
+
+    @model_validator(mode="after")
+    def _whole_physics_steps(self) -> SimParams:
+        sim_backend(self).check_control_dt(self)
+        return self

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from s3.rl.params import EnvParams
+from s3.task.params import EnvParams
 
 STATE_FIELDS = ("vx", "vy", "yaw_rate", "steer")
 COMMAND_FIELDS = ("steering_cmd", "throttle_cmd", "brake_cmd")

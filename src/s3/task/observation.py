@@ -20,9 +20,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from s3.rl.params import EnvParams
 from s3.task.frame import TrackFrame
 from s3.task.layout import ObsLayout, assemble_paired, obs_layout, to_body
+from s3.task.params import EnvParams
 from s3.task.window import Window
 from s3.tracks.torch_track import TrackBatch
 from s3.tracks.track import Track

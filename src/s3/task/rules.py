@@ -29,72 +29,17 @@ has no heading rule: a car that spins and drives on has not failed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor
 
-from s3.rl.params import EnvParams, RewardParams
 from s3.task.frame import TrackFrame
+from s3.task.params import EndRules, RewardParams
 
 REASONS = ("running", "off_track", "backwards", "model_invalid", "stalled", "time_out")
 RUNNING, OFF_TRACK, BACKWARDS, MODEL_INVALID, STALLED, TIME_OUT = range(6)
 TERMS = ("progress", "action_rate", "off_track", "backwards", "stall")
-
-
-@dataclass(frozen=True)
-class EndRules:
-    """The thresholds that end an episode (see the module docstring); SI units."""
-
-    off_track_margin: float
-    backwards_distance: float
-    backwards_heading: float | None  # rad; None: heading is not a rule
-    stall_seconds: float
-    stall_distance: float
-
-    @classmethod
-    def training(cls, params: EnvParams) -> EndRules:
-        """The distilled env's training terminations."""
-        return cls(
-            params.off_track_margin,
-            params.backwards_distance,
-            params.backwards_heading,
-            params.stall_seconds,
-            params.stall_distance,
-        )
-
-
-class JudgeParams(BaseModel):
-    """How a run is judged wherever it is scored (source simulator or distilled model)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    off_track_distance: float = Field(
-        4.0, gt=0.0, le=100.0, description="the run ends once the car centre is this far beyond the road edge (m)"
-    )
-    backwards_distance: float = Field(10.0, gt=0.0, le=1000.0, description="net reverse progress (m) that ends a run")
-    stall_seconds: float = Field(
-        8.0, gt=0.0, le=600.0, description="a run ends after this long with less than stall_distance of progress"
-    )
-    stall_distance: float = Field(2.0, gt=0.0, le=100.0, description="metres of progress that restart the stall clock")
-    track_ds: float = Field(
-        1.0,
-        gt=0.05,
-        le=10.0,
-        description="resampling of the track the run is judged on (m); inside a distilled model the policy's own",
-    )
-    projection_window: int = Field(16, ge=2, le=512, description="segments searched either side of the last projection")
-
-    @model_validator(mode="after")
-    def _window(self) -> JudgeParams:
-        if self.projection_window * self.track_ds < 5.0:
-            raise ValueError("projection_window * track_ds must cover at least 5 m (one control period at 50 m/s)")
-        return self
-
-    def ends(self) -> EndRules:
-        return EndRules(self.off_track_distance, self.backwards_distance, None, self.stall_seconds, self.stall_distance)
 
 
 class Outcome(NamedTuple):

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from s3.rl.params import EnvParams
+from s3.task.params import EnvParams
 from s3.tracks.torch_track import TrackBatch
 
 

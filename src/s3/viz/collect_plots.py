@@ -1,9 +1,14 @@
-"""A look at what `collect` recorded: a few episodes drawn on their tracks, coloured by speed."""
+"""A look at what `collect` recorded: a few episodes drawn on their tracks, coloured by speed.
+
+Plain data in (tracks and arrays); which episodes to show is the collect stage's choice
+(s3.data.samples).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 import matplotlib
 
@@ -11,35 +16,29 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from s3.data.rollouts import read_manifest, read_shard
+from s3.tracks.track import Track
 from s3.viz.track_plot import plot_track, save_figure
 
-if TYPE_CHECKING:
-    from s3.config import Params
+
+class EpisodePath(NamedTuple):
+    """One episode to draw: its track, the car's positions [T, 2] (m) and speeds [T] (m/s), a title."""
+
+    track: Track
+    xy: np.ndarray
+    speed: np.ndarray
+    title: str
 
 
-def plot_sample_episodes(rollouts: Path, png: Path, params: Params, n: int = 4) -> Path:
-    """Plot the longest episodes of the first shard, preferring ones on ice tracks."""
-    from s3.data.collect import track_for
-
-    shards = [s for s in read_manifest(rollouts)["shards"] if s["rows"] > 0]
-    if not shards:
+def plot_sample_episodes(episodes: Sequence[EpisodePath], png: Path) -> Path:
+    """Draw `episodes` on their tracks, two per row; nothing is written when there are none."""
+    if not episodes:
         return png
-    df = read_shard(rollouts / shards[0]["file"])
-    lengths = df.groupby("episode").agg(steps=("step", "size"), track=("track_id", "first"))
-    lengths["ice"] = lengths["track"].str.endswith("-ice")
-    chosen = lengths.sort_values(["ice", "steps"], ascending=False).index[:n]
-    cols = 2 if len(chosen) > 1 else 1
-    rows = int(np.ceil(len(chosen) / cols))
+    cols = 2 if len(episodes) > 1 else 1
+    rows = int(np.ceil(len(episodes) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 6 * rows), squeeze=False)
-    for ax, ep in zip(axes.flat, chosen):
-        e = df[df.episode == ep]
-        track = track_for(e.track_id.iloc[0], params.collect.tracks.model_dump_json())
-        speed = np.hypot(e.vx.to_numpy(), e.vy.to_numpy())
-        plot_track(
-            track, [(e[["x", "y"]].to_numpy(), speed)], ax=ax, title=f"episode {ep} on {track.name} ({len(e)} steps)"
-        )
-    for ax in list(axes.flat)[len(chosen) :]:
+    for ax, ep in zip(axes.flat, episodes):
+        plot_track(ep.track, [(ep.xy, ep.speed)], ax=ax, title=ep.title)
+    for ax in list(axes.flat)[len(episodes) :]:
         ax.axis("off")
     fig.tight_layout()
     save_figure(fig, png)

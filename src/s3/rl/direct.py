@@ -25,8 +25,10 @@ the iteration time); each later chunk gets as many iterations (at most `direct.c
 as fit into what is left together with its validation and the final export. At least one
 iteration always runs, so a policy is written even when the budget is tiny.
 
-Validation runs in the source simulator (its own workers) on the same held-out procedural tracks
-and start grid as the distilled training, from rest, deterministic policy. Each episode ends at
+The run is s3.rl.runner's (set up, loop, checkpoint choice, export); this route gives it the source
+envs, the WallClockBudget and ValidateInSource. Validation (s3.rl.source_validation) runs in the
+source simulator (its own workers) on the same held-out procedural tracks and start grid as the
+distilled training, from rest, deterministic policy. Each episode ends at
 the lap, a failure, or the lap-length / validation_min_speed clock (and, only if set,
 `direct.validation_seconds`), the distilled training's rule; the score is the mean share of a
 lap driven (as in s3.rl.train).
@@ -41,11 +43,9 @@ never ends the run. With run=None it touches no MLflow code.
 from __future__ import annotations
 
 import contextlib
-import math
 import shutil
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,95 +53,18 @@ import torch
 
 from s3.io import json_safe, write_json_atomic
 from s3.platform.tracking import Run
-from s3.rl.export import as_callable, deployable
-from s3.rl.loop import PPOTrainer, WallClockBudget
+from s3.rl.loop import WallClockBudget
 from s3.rl.ppo import Curve
-from s3.rl.rollout import EpisodeBatch, lap_loop
 from s3.rl.runner import PPORun, flushed, prepare, setup
 from s3.rl.source_env import SourceVecEnv, prestart, resolve_workers
-from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, start_grid
-from s3.rl.validation import kept_index
-from s3.tracks.track import Track
+from s3.rl.source_validation import ValidateInSource
+from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool
 
 if TYPE_CHECKING:
     from s3.config import Params
-    from s3.rl.params import TrainParams
 
 NAME = "direct"
 EXPORT_RESERVE_S = 5.0  # export, plot and MLflow at the end (measured ~2-4 s on two cores)
-
-
-@torch.inference_mode()
-def validate_source(
-    actor: torch.nn.Module, env: SourceVecEnv, tracks: Sequence[Track], params: TrainParams
-) -> dict[str, Any]:
-    """Deterministic episodes of `actor` in `env` (built on `tracks`, no auto-reset) from the validation start grid."""
-    ti, s = start_grid(tracks, params.tracks.validation_starts)
-    policy = as_callable(
-        deployable(actor, env.params.steer_full_speed).cpu(), bool(getattr(actor, "is_recurrent", False))
-    )
-    obs = env.reset_to(torch.as_tensor(ti), torch.as_tensor(s, dtype=torch.float32))["policy"]
-    seconds = env.track_length() / params.validation_min_speed
-    if params.direct.validation_seconds is not None:
-        seconds = torch.clamp(seconds, max=params.direct.validation_seconds)
-    summary = source_episodes(env, policy, obs, torch.ceil(seconds / env.dt).long()).summary()
-    summary["score"] = summary["mean_completion"]
-    return summary
-
-
-def source_episodes(
-    env: SourceVecEnv, policy: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor, limit: torch.Tensor
-) -> EpisodeBatch:
-    """Drive every car of `env` from `obs` until its lap, failure or `limit` [N] steps (s3.rl.rollout's rules)."""
-
-    def step(active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        nonlocal obs
-        td, _, _, extras = env.step(policy(obs), active)  # finished cars stand still in their workers
-        obs = td["policy"]
-        return extras["progress"], extras["reason"]
-
-    return lap_loop(step, env.track_length(), limit, env.dt)
-
-
-class ValidateInSource:
-    """The checkpoint choice of `direct` (s3.rl.loop.CheckpointChoice): after each chunk, when the
-    budget still holds a validation, validate in the source simulator; at the end keep the latest
-    checkpoint within `train.validation_tolerance` of the best (s3.rl.validation.kept_index, the
-    distilled policies' rule); with no validation, the last checkpoint."""
-
-    def __init__(
-        self,
-        val: tuple[SourceVecEnv, list[Track]] | None,
-        params: Params,
-        budget: WallClockBudget,
-        steps_per_it: int,
-        dt: float,
-    ) -> None:
-        self.val, self.params, self.budget, self.steps_per_it = val, params, budget, steps_per_it
-        self.car_steps = _validation_car_steps(val[1], params, dt) if val is not None else 0.0
-        self.validated: list[dict[str, Any]] = []  # score, iteration, env_steps, summary, actor, critic
-        self.last: dict[str, Any] = {}
-
-    def after_chunk(self, trainer: PPOTrainer, done: int) -> dict[str, Any]:
-        point: dict[str, Any] = {}
-        self.last = {"iteration": done - 1, "env_steps": done * self.steps_per_it}
-        if self.val is None:
-            return point
-        self.budget.guess_validation(self.car_steps, self.steps_per_it)
-        if self.budget.left() >= self.budget.val_s:
-            t0 = time.perf_counter()
-            res = validate_source(trainer.actor, self.val[0], self.val[1], self.params.train)
-            self.budget.validated(time.perf_counter() - t0)
-            point = {"val_score": res["score"], "val_completion_rate": res["completion_rate"]}
-            self.validated.append({"score": res["score"], **self.last, "summary": res, **trainer.snapshot()})
-        return point
-
-    def choose(self, trainer: PPOTrainer) -> dict[str, Any]:
-        if not self.validated:  # no validation: the last checkpoint
-            return {"score": None, **self.last, "summary": {}}
-        kept = self.validated[kept_index([v["score"] for v in self.validated], self.params.train.validation_tolerance)]
-        trainer.load(kept)
-        return kept
 
 
 SKIPPED = "skipped.json"  # policies/direct/skipped.json: why direct was not trained (no policy.json then)
@@ -274,14 +197,6 @@ def _train_direct(
         ppo.loop(clock, choice, on_chunk)
         best = ppo.choose(choice)
         return _finish(ppo, best, curve, params, plots_dir, metrics_dir, clock, workers)
-
-
-def _validation_car_steps(tracks: Sequence[Track], params: Params, dt: float) -> float:
-    """Most car steps one validation can take (every car drives until its clock runs out)."""
-    tp = params.train
-    cap = math.inf if tp.direct.validation_seconds is None else tp.direct.validation_seconds
-    per_start = [math.ceil(min(t.length / tp.validation_min_speed, cap) / dt) for t in tracks]
-    return float(sum(per_start) * tp.tracks.validation_starts)
 
 
 def _fmt(x: float | None) -> str:

@@ -4,7 +4,11 @@ policies/<family>/
     policy.safetensors   actor + critic weights (keys "actor.*", "critic.*"), normaliser included
     policy.onnx          ONNX (opset 18): the deterministic actor, loadable without s3, rsl_rl or torch
     policy.json          obs layout, action spec, params, validation score, training summary (no
-                         wall clock, no run id: the same weights and params give the same bytes)
+                         wall clock, no run id: the same weights and params give the same bytes);
+                         its one schema: policy_meta (pinned by tests/test_policy_schema.py)
+
+write_policy writes all three (every PPO route, through s3.rl.runner); copy_policy copies a policy
+with keys added to its policy.json (the kept seed, s3.rl.seeds): policy.json is written nowhere else.
 
 The exported graph maps obs [B, D] (float32, the layout in policy.json) to the command
 [B, 3] = (steering_cmd in [-1, 1], throttle_cmd in [0, 1], brake_cmd in [0, 1]), any batch size B:

@@ -16,7 +16,8 @@ MLflow: given `run` (an s3.platform.tracking.Run), training logs into it its par
 (`val/score`, step = iteration), the final numbers, policy.json and the plot, and flushes it; it
 never ends the run (its creator does). With run=None it touches no MLflow code at all.
 
-Loop (s3.rl.loop): `chunk_iterations` PPO iterations at a time, each chunk's checkpoint kept; part
+The run is s3.rl.runner's (set up, loop, checkpoint choice, export); what is this route's: the env
+(DistilledEnv), the budget, the choice and the road-course check. Loop (s3.rl.loop): `chunk_iterations` PPO iterations at a time, each chunk's checkpoint kept; part
 of the training-track pool replaced between chunks (every car on a replaced track restarts); the
 budget is `StepBudget`: max_env_steps, which keeps a run deterministic, with the max_minutes safety
 cap (recorded as `train.stopped_by`: a run cut by the clock depends on how busy the machine was).

@@ -189,7 +189,8 @@ def _train_direct(
             }
             curve.append(point)
             say(
-                f"train {NAME}: it {done}  {point['env_steps'] / 1e3:.0f} k steps  return {_fmt(point['mean_return'])}  "
+                f"train {NAME}: it {done}  {point['env_steps'] / 1e3:.0f} k steps  "
+                f"return {_fmt(point['mean_return'])}  "
                 f"speed {_fmt(point['mean_speed_m_s'])} m/s  val {_fmt(point.get('val_score'))}  "
                 f"{clock.elapsed:.0f}/{clock.budget_s:.0f} s"
             )
@@ -219,8 +220,8 @@ def _finish(
     rewards = [(it, v) for t, it, v in ppo.curve if t == "Train/mean_reward"]
     validation = {
         "score": best["score"],
-        "score_definition": "mean share of a lap driven on held-out procedural tracks (source simulator) before failing, "
-        "running out of time or reaching the validation_seconds cap",
+        "score_definition": "mean share of a lap driven on held-out procedural tracks (source simulator) "
+        "before failing, running out of time or reaching the validation_seconds cap",
         "iteration": best["iteration"],
         "env_steps": best["env_steps"],
         "in": "source simulator" if d.validation else "none (last checkpoint kept)",

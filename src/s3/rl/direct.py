@@ -302,8 +302,7 @@ def _finish(
             },
             step=max(ppo.done - 1, 0),
         )
-    say = ppo.say
-    say(
+    ppo.say(
         f"train {NAME}: kept iteration {best['iteration']} (val {_fmt(best['score'])}); {env_steps} steps in "
         f"{wall:.0f} s of {clock.budget_s:.0f} s -> {ppo.folder}"
     )

@@ -159,7 +159,11 @@ class PPORun:
 
         try:
             result = train_loop(
-                self.trainer, budget, choice, Hooks(chunk, refresh, save if self.resume else None), done=self.done
+                self.trainer,
+                budget,
+                choice,
+                Hooks(chunk, refresh, None if self.resume is None else save),
+                done=self.done,
             )
         except NonFiniteUpdate as e:
             if self.run is not None:  # the learning curve up to the failure

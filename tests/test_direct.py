@@ -201,8 +201,8 @@ def test_bench_reports_source_and_direct_rates() -> None:
 
 
 def test_source_validation_scores_deterministic_episodes(tracks) -> None:
-    from s3.rl.direct import validate_source
     from s3.rl.ppo import build_actor, model_config
+    from s3.rl.source_validation import validate_source
 
     params = TrainParams.model_validate({k: v for k, v in TINY.items()})
     with SourceVecEnv(tracks, SimParams(), params.env, num_envs=2, workers=1, auto_reset=False) as e:
@@ -216,7 +216,7 @@ def test_source_validation_scores_deterministic_episodes(tracks) -> None:
 def test_direct_keeps_its_checkpoint_by_the_distilled_rule() -> None:
     """The latest validated checkpoint within train.validation_tolerance of the best (kept_index),
     as for the distilled policies; not simply the best."""
-    from s3.rl.direct import ValidateInSource
+    from s3.rl.source_validation import ValidateInSource
 
     class Trainer:
         loaded: dict | None = None

@@ -3,7 +3,7 @@
 The policy is an exported rsl_rl actor whose weights are set by hand so that it follows the
 centerline (no training: a trained policy with a test-sized budget does not lap reliably, and the
 quick pipeline's are trained for seconds). It is saved by the project's own export
-(save_policy: policy.safetensors, policy.onnx, policy.json) as two seeds of `direct` (evaluated
+(write_policy: policy.safetensors, policy.onnx, policy.json) as two seeds of `direct` (evaluated
 in the source simulator only: no distilled model needed), then driven by the real `s3 evaluate`
 on the quick circuit `short` (676 m, tightest radius 18 m), one start, nominal: it laps it
 (lap share 1). Flipping the sign of the actor's output layer in every seed's weights and ONNX
@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from s3.cli import app
 from s3.config import load_params
-from s3.rl.export import EXPORT, WEIGHTS, load_deployed, save_policy
+from s3.rl.export import EXPORT, WEIGHTS, load_deployed, write_policy
 from s3.rl.ppo import build_actor
 from s3.task.layout import obs_layout
 from s3.task.params import EnvParams
@@ -83,7 +83,7 @@ def follower_policy(folder: Path) -> None:
         "params": {"seed": SEEDS[0], "env": env.model_dump(mode="json")},
         "policy": {"type": "mlp", "recurrent": False, "num_actions": 2, "actor_cfg": cfg},
     }
-    save_policy(
+    write_policy(
         folder, actor, critic, meta
     )  # the selected seed at the top, every seed under seeds/ (as s3.rl.seeds keeps them)
     for seed in SEEDS:

@@ -14,7 +14,7 @@ from tensordict import TensorDict
 from s3.dynamics.checkpoint import save_checkpoint
 from s3.rl.bench import bench_env
 from s3.rl.env import DistilledEnv
-from s3.rl.export import EXPORT, WEIGHTS, deployable, load_actor, load_policy_fn, save_policy
+from s3.rl.export import EXPORT, WEIGHTS, deployable, load_actor, load_policy_fn, write_policy
 from s3.rl.loop import PPOTrainer
 from s3.rl.params import PPOParams, TrainParams
 from s3.rl.train import train, train_policy
@@ -413,8 +413,8 @@ def test_exported_policy_reproduces_the_in_memory_policy(
         "train": {"env_steps": 64, "wall_s": 12.5, "ppo_steps_per_s": 900},
         "mlflow_run_id": "0123abcd",
     }
-    save_policy(tmp_path / "a", actor, trainer.alg.critic, meta)
-    save_policy(tmp_path / "b", actor, trainer.alg.critic, meta)
+    write_policy(tmp_path / "a", actor, trainer.alg.critic, meta)
+    write_policy(tmp_path / "b", actor, trainer.alg.critic, meta)
     for name in (WEIGHTS, EXPORT, "policy.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     saved = json.loads((tmp_path / "a" / "policy.json").read_text())

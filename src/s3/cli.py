@@ -58,7 +58,7 @@ def _known_errors() -> tuple[type[Exception], ...]:
         "s3.dynamics.distill": "DistillError",
         "s3.io": "WorkspaceBusy",
         "s3.rl.source_env": "SourceWorkerError",
-        "s3.rl.train": "TrainError",
+        "s3.rl.runner": "TrainError",
         "s3.sim.base": "SimulatorError",
         "s3.tracks.track": "TrackError",
     }

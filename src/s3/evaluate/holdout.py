@@ -62,8 +62,8 @@ def holdout(
     row: laps, runs, mean_completion, ends (reason counts), mean_lap_s, and for policies
     lap_time_vs_pid (mean ratio over the runs both completed; < 1 = faster) with n_common.
     """
-    from s3.rl.direct import source_episodes
     from s3.rl.source_env import SourceVecEnv
+    from s3.rl.source_validation import source_episodes
 
     tracks = holdout_tracks(surface, n_tracks, seed)
     ti, s = start_grid(tracks, starts)

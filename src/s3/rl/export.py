@@ -4,7 +4,11 @@ policies/<family>/
     policy.safetensors   actor + critic weights (keys "actor.*", "critic.*"), normaliser included
     policy.onnx          ONNX (opset 18): the deterministic actor, loadable without s3, rsl_rl or torch
     policy.json          obs layout, action spec, params, validation score, training summary (no
-                         wall clock, no run id: the same weights and params give the same bytes)
+                         wall clock, no run id: the same weights and params give the same bytes);
+                         its one schema: policy_meta (pinned by tests/test_policy_schema.py)
+
+write_policy writes all three (every PPO route, through s3.rl.runner); copy_policy copies a policy
+with keys added to its policy.json (the kept seed, s3.rl.seeds): policy.json is written nowhere else.
 
 The exported graph maps obs [B, D] (float32, the layout in policy.json) to the command
 [B, 3] = (steering_cmd in [-1, 1], throttle_cmd in [0, 1], brake_cmd in [0, 1]), any batch size B:
@@ -25,6 +29,7 @@ import contextlib
 import copy
 import json
 import logging
+import shutil
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,7 +39,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from s3.io import atomic_path, write_json_atomic
+from s3 import __version__
+from s3.io import atomic_path, json_safe, write_json_atomic
 from s3.task.actions import policy_to_command
 
 WEIGHTS, EXPORT, META = "policy.safetensors", "policy.onnx", "policy.json"
@@ -243,11 +249,52 @@ def without_run_only(obj: Any) -> Any:
     return obj
 
 
-def save_policy(folder: str | Path, actor: nn.Module, critic: nn.Module, meta: dict[str, Any]) -> Path:
-    """Write weights, the ONNX export and the JSON (each atomically); returns the folder.
+def policy_meta(
+    *,
+    family: str,
+    dt: float,
+    obs: dict[str, Any],
+    policy: dict[str, Any],
+    dynamics_model: dict[str, Any] | None,
+    validation: dict[str, Any],
+    train: dict[str, Any],
+    history: list[dict[str, Any]],
+    params: dict[str, Any],
+    mlflow_run_id: str | None,
+    source_simulator: dict[str, Any] | None = None,
+    road_course_nominal: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """policy.json's content in its one schema (tests/test_policy_schema.py pins it), JSON-safe (NaN -> null).
 
-    policy.json is `meta` without RUN_ONLY_KEYS (wall clocks, run ids: they belong in the stage's
-    metrics), plus meta["policy"]["export"] (export_spec): how to call policy.onnx.
+    Every policy: format, s3_version, family, dt [s], dynamics_model (None for a policy trained in the
+    source simulator), obs (s3.task layout), policy (type, recurrent, num_actions, actor_cfg,
+    critic_cfg), validation, train, history, params, mlflow_run_id. Trained in the source simulator:
+    source_simulator (backend, control_dt) after dynamics_model; with a road-course check:
+    road_course_nominal after validation. Run-only keys (RUN_ONLY_KEYS) stay in the returned dict for
+    the stage's metrics; write_policy leaves them out of the file and adds policy["export"].
+    """
+    meta: dict[str, Any] = {
+        "format": "s3-policy-1",
+        "s3_version": __version__,
+        "family": family,
+        "dt": dt,
+        "dynamics_model": dynamics_model,
+    }
+    if source_simulator is not None:
+        meta["source_simulator"] = source_simulator
+    meta.update(obs=obs, policy=policy, validation=validation)
+    if road_course_nominal is not None:
+        meta["road_course_nominal"] = road_course_nominal
+    meta.update(train=train, history=history, params=params, mlflow_run_id=mlflow_run_id)
+    return json_safe(meta)
+
+
+def write_policy(folder: str | Path, actor: nn.Module, critic: nn.Module, meta: dict[str, Any]) -> Path:
+    """Write weights, the ONNX export and policy.json (each atomically); returns the folder.
+
+    `meta` is policy_meta's (tests may pass a part of it). policy.json is `meta` without
+    RUN_ONLY_KEYS (wall clocks, run ids: they belong in the stage's metrics), plus
+    meta["policy"]["export"] (export_spec): how to call policy.onnx.
     """
     folder = Path(folder)
     state = {f"actor.{k}": v.detach().cpu().contiguous() for k, v in actor.state_dict().items()}
@@ -258,9 +305,24 @@ def save_policy(folder: str | Path, actor: nn.Module, critic: nn.Module, meta: d
     data = export_onnx(module, int(meta["obs"]["dim"]))
     with atomic_path(folder / EXPORT) as tmp:
         tmp.write_bytes(data)
-    meta = {**meta, "policy": {**meta.get("policy", {}), "export": export_spec(module)}}
-    write_json_atomic(folder / META, without_run_only(meta))
+    _write_meta(folder, {**meta, "policy": {**meta.get("policy", {}), "export": export_spec(module)}})
     return folder
+
+
+def copy_policy(src: str | Path, dst: str | Path, **extra: Any) -> Path:
+    """Copy the policy in `src` to `dst` (weights, ONNX; policy.json last) with `extra` keys added to its
+    policy.json (the kept seed's "seed_selection", s3.rl.seeds); returns `dst`."""
+    src, dst = Path(src), Path(dst)
+    for name in (WEIGHTS, EXPORT):
+        with atomic_path(dst / name) as tmp:
+            shutil.copyfile(src / name, tmp)
+    _write_meta(dst, {**json.loads((src / META).read_text()), **extra})
+    return dst
+
+
+def _write_meta(folder: Path, meta: dict[str, Any]) -> None:
+    """policy.json: the one place it is written (byte-stable: no run-only keys)."""
+    write_json_atomic(folder / META, without_run_only(meta))
 
 
 def load_deployed(folder: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Any]]:

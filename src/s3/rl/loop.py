@@ -20,6 +20,7 @@ a training run what it is:
   wall-clock safety cap: the distilled runs) or `WallClockBudget` (seconds: `direct`);
 - a `CheckpointChoice` sees each chunk's end and picks the checkpoint to keep (s3.rl.train,
   s3.rl.direct: validation in the model at the end, or in the source after each chunk).
+s3.rl.runner sets a run up around this loop, chooses its checkpoint and exports it.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class PPOTrainer:
     def __init__(self, env: Any, ppo: PPOParams, device: str | torch.device) -> None:
         runner = make_runner(env, ppo, device)
         self.alg, self.cfg = runner.alg, runner.cfg  # cfg["actor"], cfg["critic"]: the models' configs
-        self.env, self.device = env, torch.device(device)
+        self.env, self.device, self.ppo = env, torch.device(device), ppo
         self.steps_per_env = int(ppo.num_steps_per_env)
         self.iteration = 0  # the next iteration's index
         self.seconds = 0.0  # spent in `iterate`

@@ -57,7 +57,7 @@ from s3.compute.params import ComputeParams
 from s3.io import atomic_path, write_json_atomic
 from s3.platform.tracking import Recorder, Run
 from s3.rl import TRAIN_WORKER_PRELOAD
-from s3.rl.export import EXPORT, META, WEIGHTS, without_run_only
+from s3.rl.export import EXPORT, META, WEIGHTS, copy_policy
 from s3.rl.params import SELECTION_ONLY, TrainParams
 from s3.rl.resume import resume_path
 from s3.rl.tracks import VALIDATION_SEED_BASE
@@ -305,10 +305,7 @@ def train_seeds(
     }
     final = out_dir / name
     src = root / f"seed{best}"
-    for f in (WEIGHTS, EXPORT):
-        _copy(src / f, final / f)
-    meta = json.loads((src / META).read_text())
-    write_json_atomic(final / META, without_run_only({**meta, "seed_selection": selection}))
+    copy_policy(src, final, seed_selection=selection)  # policy.json without wall clocks or run ids
     if (src / CURVE).exists():
         _copy(src / CURVE, Path(plot_path))
     shutil.rmtree(final / "seeds", ignore_errors=True)

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from s3.rl.direct import source_episodes
 from s3.rl.export import load_policy_fn, policy_env_params
 from s3.rl.params import TrainParams
 from s3.rl.source_env import SourceVecEnv
+from s3.rl.source_validation import source_episodes
 from s3.rl.tracks import start_grid, validation_tracks
 
 

@@ -16,13 +16,15 @@ MLflow: given `run` (an s3.platform.tracking.Run), training logs into it its par
 (`val/score`, step = iteration), the final numbers, policy.json and the plot, and flushes it; it
 never ends the run (its creator does). With run=None it touches no MLflow code at all.
 
-Loop (s3.rl.loop): `chunk_iterations` PPO iterations at a time, each chunk's checkpoint kept; part
-of the training-track pool replaced between chunks (every car on a replaced track restarts); the
-budget is `StepBudget`: max_env_steps, which keeps a run deterministic, with the max_minutes safety
-cap (recorded as `train.stopped_by`: a run cut by the clock depends on how busy the machine was).
-The checkpoint choice is `ValidateAtEnd` (s3.rl.validation: in-model validation on held-out
-procedural tracks). The kept policy is saved and exported and, for information only, drives one
-lap of the built-in road course (nominal) inside the same distilled env.
+The run is s3.rl.runner's (set up, loop, checkpoint choice, export); what is this route's: the env
+(DistilledEnv), the budget, the choice and the road-course check. Loop (s3.rl.loop):
+`chunk_iterations` PPO iterations at a time, each chunk's checkpoint kept; part of the training-
+track pool replaced between chunks (every car on a replaced track restarts); the budget is
+`StepBudget`: max_env_steps, which keeps a run deterministic, with the max_minutes safety cap
+(recorded as `train.stopped_by`: a run cut by the clock depends on how busy the machine was). The
+checkpoint choice is `ValidateAtEnd` (s3.rl.validation: in-model validation on held-out procedural
+tracks). The kept policy is saved and exported and, for information only, drives one lap of the
+built-in road course (nominal) inside the same distilled env.
 
 Crashes. After every chunk the run's state goes to a resume file (s3.rl.resume). The resumed run
 replays the pool refreshes, so it trains on the same tracks, but its cars restart and their random
@@ -36,34 +38,30 @@ from __future__ import annotations
 
 import hashlib
 import math
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from s3 import __version__
 from s3.dynamics.base import DynamicsModel
-from s3.io import json_safe, write_json_atomic
+from s3.io import write_json_atomic
 from s3.platform.tracking import Run
-from s3.rl.checkpoints import write_checkpoints
 from s3.rl.env import DistilledEnv, resolve_device
-from s3.rl.export import as_callable, deployable, save_policy
-from s3.rl.loop import Hooks, NonFiniteUpdate, PPOTrainer, StepBudget, train_loop
+from s3.rl.export import as_callable, deployable
+from s3.rl.loop import StepBudget
 from s3.rl.params import TrainParams
 from s3.rl.ppo import Curve
-from s3.rl.resume import load_resume, restore, resume_fingerprint, resume_path, resume_state, save_resume
+from s3.rl.resume import resume_fingerprint, resume_path
 from s3.rl.rollout import drive_lap
+from s3.rl.runner import PPORun, Resume, TrainError, flushed, prepare, setup
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, validation_tracks
 from s3.rl.validation import ValidateAtEnd
 from s3.tracks.road_course import road_course
 
+__all__ = ["TrainError", "file_sha256", "train", "train_many", "train_policy", "train_policy_curve"]
 
-class TrainError(RuntimeError):
-    """The train stage cannot run (e.g. no distilled model); one line naming the file."""
+SCORE_DEFINITION = "mean share of a lap driven on held-out procedural tracks before failing or running out of time"
 
 
 def file_sha256(path: Path) -> str | None:
@@ -109,134 +107,105 @@ def train_policy_curve(
     family = family or model.family
     validation_seed = params.seed if validation_seed is None else int(validation_seed)
     folder = Path(folder)
-    if params.torch_threads:
-        torch.set_num_threads(params.torch_threads)
-    torch.manual_seed(params.seed)
-    np.random.seed(params.seed)
+    say = prepare(params)
     device = resolve_device(params.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise TrainError("train.device is 'cuda' but torch sees no CUDA device")
     t_start = time.perf_counter()
-    say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if params.progress_bar else (lambda msg: None)
-
     pool = TrackPool(params.tracks, params.seed)
     env = DistilledEnv(model, pool.tracks, params.env, device=device, seed=params.seed)
-
-    val_tracks = validation_tracks(params.tracks, validation_seed)
-    try:
-        return _train(
-            model,
+    max_it = max(1, math.ceil(params.max_env_steps / (env.num_envs * params.ppo.num_steps_per_env)))
+    with flushed(run):
+        ppo = setup(
+            family,
             env,
             pool,
-            val_tracks,
-            validation_seed,
-            folder,
-            plot_path,
             params,
-            family,
-            run,
-            model_folder,
+            params.ppo,
             device,
-            t_start,
-            say,
-            model_label,
+            folder=folder,
+            run=run,
+            say=say,
+            t_start=t_start,
+            log_params={"family": family, "train": params.model_dump(mode="json")},
+            resume=Resume(resume_path(folder), resume_fingerprint(params, family, model, validation_seed), max_it),
         )
-    finally:
-        if run is not None:
-            run.flush()  # a worker process may end right after: its writes must be done
-
-
-def _train(
-    model: DynamicsModel,
-    env: DistilledEnv,
-    pool: TrackPool,
-    val_tracks: list,
-    validation_seed: int,
-    folder: Path,
-    plot_path: str | Path | None,
-    params: TrainParams,
-    family: str,
-    run: Run | None,
-    model_folder: str | Path | None,
-    device: torch.device,
-    t_start: float,
-    say: Callable[[str], None],
-    model_label: str | None = None,
-) -> tuple[dict[str, Any], Curve]:
-    """The body of train_policy_curve."""
-    if run is not None:
-        run.log_params({"family": family, "train": params.model_dump(mode="json")})
-    curve: Curve = []
-
-    trainer = PPOTrainer(env, params.ppo, device)
-    steps_per_it = trainer.steps_per_iteration
-    max_it = max(1, math.ceil(params.max_env_steps / steps_per_it))
-    resume_file = resume_path(folder)
-    fingerprint = resume_fingerprint(params, family, model, validation_seed)
-    saved = load_resume(resume_file, fingerprint, device, say)
-    done_it, t_ppo0, refreshes, resumed_from, checkpoints = 0, 0.0, 0, None, []
-    if saved is not None:
-        done_it, t_ppo0, refreshes, checkpoints = restore(saved, trainer, env, pool)
-        resumed_from = done_it
-        t_start -= float(saved["wall_s"])  # max_minutes and the reported wall time span both runs
-        if run is not None:
-            run.log_metrics({"train/resumed_from_iteration": done_it}, step=max(done_it - 1, 0))
-        say(f"train {family}: resuming from {resume_file} at iteration {done_it}/{max_it}")
-    budget = StepBudget(max_it, params.chunk_iterations, 60.0 * params.max_minutes, t_start)
-    choice = ValidateAtEnd(model, val_tracks, params, device, t_start, checkpoints)
-    curve: Curve = []
-
-    def on_chunk(done: int, chunk: Curve, _: dict[str, Any]) -> None:
-        curve.extend(chunk)
-        rewards = [v for t, _, v in curve if t == "Train/mean_reward"]
-        if run is not None:
-            run.log_curve(chunk, prefix="train/")
-            run.log_metrics(
-                {"train/env_steps": done * steps_per_it, "train/invalid_model_steps": env.invalid_model_steps},
-                step=done - 1,
-            )
-        say(
-            f"train {family}: it {done}/{max_it}  {done * steps_per_it / 1e6:.2f} M steps  reward {rewards[-1] if rewards else float('nan'):.2f}  {time.perf_counter() - t_start:.0f} s"
+        budget = StepBudget(max_it, params.chunk_iterations, 60.0 * params.max_minutes, ppo.t_start)
+        val_tracks = validation_tracks(params.tracks, validation_seed)
+        choice = ValidateAtEnd(model, val_tracks, params, device, ppo.t_start, ppo.restored_checkpoints)
+        ppo.loop(budget, choice, lambda done, _, __: _on_chunk(ppo, done, max_it))
+        best = ppo.choose(choice)
+        history = choice.history
+        _log_validation(ppo, history, choice.seconds)
+        road = _road_course(ppo, model, params, device)
+        wall = time.perf_counter() - ppo.t_start
+        env_steps = ppo.done * ppo.steps_per_iteration
+        model_folder = Path(model_folder) if model_folder is not None else None
+        # the first seed (or a lone run) keeps every chunk's checkpoint (s3.rl.checkpoints)
+        kept = choice.checkpoints if validation_seed == params.seed else None
+        meta = ppo.export(
+            dynamics_model={
+                "folder": model_label or (str(model_folder) if model_folder else None),
+                "sha256": file_sha256(model_folder / "model.safetensors") if model_folder else None,
+                "use_mu": model.use_mu,
+                "history": model.history,
+            },
+            validation={
+                "score": best["score"],
+                "score_definition": SCORE_DEFINITION,
+                "selection": f"the latest checkpoint scoring within {params.validation_tolerance} of the best "
+                f"({max(h['score'] for h in history):.4f})",
+                "iteration": best["iteration"],
+                "env_steps": best["env_steps"],
+                "track_seeds": [
+                    VALIDATION_SEED_BASE + validation_seed * 1000 + i for i in range(params.tracks.validation_tracks)
+                ],
+                "starts_per_track": params.tracks.validation_starts,
+                "min_speed_m_s": params.validation_min_speed,
+                **{k: v for k, v in best["summary"].items() if k not in ("score",)},
+            },
+            road_course_nominal=road,
+            train={
+                "wall_s": round(wall, 1),
+                "ppo_wall_s": round(ppo.ppo_s, 1),
+                "validation_wall_s": round(choice.seconds, 1),
+                "env_steps": env_steps,
+                "iterations": ppo.done,
+                "stopped_by": budget.stopped_by,
+                "ppo_steps_per_s": round(env_steps / max(ppo.ppo_s, 1e-9)),
+                "invalid_model_steps": env.invalid_model_steps,
+                "episodes": int(env.episode_count),
+                "resumed_from_iteration": ppo.resumed_from,
+                "device": str(device),
+                "torch_threads": torch.get_num_threads(),
+            },
+            history=[{k: v for k, v in h.items() if k != "reasons"} for h in history],
+            params=params.model_dump(mode="json"),
+            checkpoints=kept,
         )
+        ppo.plot(plot_path, history, f"{family}: PPO in the distilled environment", best["env_steps"])
+        return _finish(ppo, meta, best, road, wall, plot_path, kept), ppo.curve
 
-    def refresh() -> None:
-        nonlocal refreshes
-        if params.tracks.refresh_fraction > 0:
-            changed = pool.refresh()
-            refreshes += 1
-            trainer.restart(env.set_tracks(pool.tracks, changed))  # cars on replaced tracks restart
 
-    saved_at = [done_it]  # the iteration count of the last resume file written
-
-    def save(done: int) -> None:
-        saved_at[0] = done
-        wall = time.perf_counter() - t_start
-        save_resume(
-            resume_file,
-            resume_state(
-                fingerprint, trainer, env, done, t_ppo0 + trainer.seconds, wall, refreshes, choice.checkpoints
-            ),
+def _on_chunk(ppo: PPORun, done: int, max_it: int) -> None:
+    """A chunk's env counters into MLflow and its progress line."""
+    steps = done * ppo.steps_per_iteration
+    if ppo.run is not None:
+        ppo.run.log_metrics(
+            {"train/env_steps": steps, "train/invalid_model_steps": ppo.env.invalid_model_steps}, step=done - 1
         )
+    rewards = [v for t, _, v in ppo.curve if t == "Train/mean_reward"]
+    ppo.say(
+        f"train {ppo.name}: it {done}/{max_it}  {steps / 1e6:.2f} M steps  "
+        f"reward {rewards[-1] if rewards else float('nan'):.2f}  {time.perf_counter() - ppo.t_start:.0f} s"
+    )
 
-    try:
-        loop = train_loop(trainer, budget, choice, Hooks(on_chunk, refresh, save), done=done_it)
-    except NonFiniteUpdate as e:
-        if run is not None:  # the learning curve up to the failure
-            run.log_curve(e.curve, prefix="train/")
-        kept = (
-            f"kept the last good state in {resume_file} (iteration {saved_at[0]})"
-            if resume_file.exists()
-            else "no good state had been saved yet"
-        )
-        raise TrainError(f"{folder}: {e}; training stopped, {kept}") from None
-    done_it, t_ppo, stopped_by = loop.iterations, t_ppo0 + loop.ppo_s, loop.stopped_by
-    best = choice.choose(trainer)
-    history, t_val = choice.history, choice.seconds
-    actor, critic = trainer.actor, trainer.alg.critic
-    actor.eval()
-    if run is not None:
+
+def _log_validation(ppo: PPORun, history: list[dict[str, Any]], seconds: float) -> None:
+    """Every checkpoint's validation into MLflow (step = its iteration) and a progress line."""
+    if ppo.run is not None:
         for h in history:
-            run.log_metrics(
+            ppo.run.log_metrics(
                 {
                     "val/score": h["score"],
                     "val/completion_rate": h["completion_rate"],
@@ -244,112 +213,42 @@ def _train(
                 },
                 h["iteration"],
             )
-    say(
-        f"train {family}: validated {len(history)} checkpoints in {t_val:.0f} s: "
-        + " ".join(f"{h['score']:.2f}" for h in history)
+    scores = " ".join(f"{h['score']:.2f}" for h in history)
+    ppo.say(f"train {ppo.name}: validated {len(history)} checkpoints in {seconds:.0f} s: {scores}")
+
+
+def _road_course(ppo: PPORun, model: DynamicsModel, params: TrainParams, device: torch.device) -> dict[str, Any]:
+    """The kept policy's lap of the nominal road course in the same distilled env: information only,
+    never used for selection ("not run" unless train.road_course_check)."""
+    if not params.road_course_check:
+        return {"completed": None, "lap_time_s": None, "completion": None, "reason": "not run", "length_m": None}
+    actor = ppo.trainer.actor
+    policy = as_callable(
+        deployable(actor, params.env.steer_full_speed).to(device), bool(getattr(actor, "is_recurrent", False))
     )
-
-    # road course, nominal: information only (never used for selection)
-    road: dict[str, Any] = {
-        "completed": None,
-        "lap_time_s": None,
-        "completion": None,
-        "reason": "not run",
-        "length_m": None,
+    lap = drive_lap(policy, model, road_course("nominal"), params.env, device=device)
+    return {
+        "completed": lap.completed,
+        "lap_time_s": lap.lap_time,
+        "completion": round(min(lap.progress / lap.lap_length, 1.0), 4),
+        "reason": lap.reason,
+        "length_m": round(lap.lap_length, 1),
     }
-    if params.road_course_check:
-        policy = as_callable(
-            deployable(actor, params.env.steer_full_speed).to(device), bool(getattr(actor, "is_recurrent", False))
-        )
-        lap = drive_lap(policy, model, road_course("nominal"), params.env, device=device)
-        road = {
-            "completed": lap.completed,
-            "lap_time_s": lap.lap_time,
-            "completion": round(min(lap.progress / lap.lap_length, 1.0), 4),
-            "reason": lap.reason,
-            "length_m": round(lap.lap_length, 1),
-        }
 
-    wall = time.perf_counter() - t_start
-    env_steps = done_it * steps_per_it
-    model_folder = Path(model_folder) if model_folder is not None else None
-    meta = {
-        "format": "s3-policy-1",
-        "s3_version": __version__,
-        "family": family,
-        "dt": env.dt,
-        "dynamics_model": {
-            "folder": model_label or (str(model_folder) if model_folder else None),
-            "sha256": file_sha256(model_folder / "model.safetensors") if model_folder else None,
-            "use_mu": model.use_mu,
-            "history": model.history,
-        },
-        "obs": env.layout.to_json(),
-        "policy": {
-            "type": params.ppo.policy,
-            "recurrent": params.ppo.policy == "gru",
-            "num_actions": env.num_actions,
-            "actor_cfg": trainer.cfg["actor"],
-            "critic_cfg": trainer.cfg["critic"],
-        },
-        "validation": {
-            "score": best["score"],
-            "score_definition": "mean share of a lap driven on held-out procedural tracks before failing or running out of time",
-            "selection": f"the latest checkpoint scoring within {params.validation_tolerance} of the best ({max(h['score'] for h in history):.4f})",
-            "iteration": best["iteration"],
-            "env_steps": best["env_steps"],
-            "track_seeds": [
-                VALIDATION_SEED_BASE + validation_seed * 1000 + i for i in range(params.tracks.validation_tracks)
-            ],
-            "starts_per_track": params.tracks.validation_starts,
-            "min_speed_m_s": params.validation_min_speed,
-            **{k: v for k, v in best["summary"].items() if k not in ("score",)},
-        },
-        "road_course_nominal": road,
-        "train": {
-            "wall_s": round(wall, 1),
-            "ppo_wall_s": round(t_ppo, 1),
-            "validation_wall_s": round(t_val, 1),
-            "env_steps": env_steps,
-            "iterations": done_it,
-            "stopped_by": stopped_by,
-            "ppo_steps_per_s": round(env_steps / max(t_ppo, 1e-9)),
-            "invalid_model_steps": env.invalid_model_steps,
-            "episodes": int(env.episode_count),
-            "resumed_from_iteration": resumed_from,
-            "device": str(device),
-            "torch_threads": torch.get_num_threads(),
-        },
-        "history": [{k: v for k, v in h.items() if k != "reasons"} for h in history],
-        "params": params.model_dump(mode="json"),
-        "mlflow_run_id": None if run is None else run.run_id,
-    }
-    meta = json_safe(meta)
-    save_policy(folder, actor, critic, meta)
-    kept_chunks = None
-    if (
-        validation_seed == params.seed
-    ):  # the first seed (or a lone run) keeps every chunk's checkpoint (s3.rl.checkpoints)
-        write_checkpoints(folder, choice.checkpoints, meta)
-        kept_chunks = {
-            "folder": "checkpoints",
-            "points": [{k: c[k] for k in ("iteration", "env_steps", "wall_s")} for c in choice.checkpoints],
-            "ppo_steps_per_s": meta["train"]["ppo_steps_per_s"],
-        }
-    resume_file.unlink(missing_ok=True)  # the policy is written: nothing left to resume
-    try:
-        resume_file.parent.rmdir()
-    except OSError:  # other policies still have theirs
-        pass
 
-    if plot_path is not None:
-        from s3.viz.train_plots import plot_learning_curve
-
-        plot_learning_curve(
-            plot_path, curve, history, steps_per_it, f"{family}: PPO in the distilled environment", best["env_steps"]
-        )
-    if run is not None:  # a Run never raises: MLflow trouble cannot lose the trained policy
-        run.log_metrics(
+def _finish(
+    ppo: PPORun,
+    meta: dict[str, Any],
+    best: dict[str, Any],
+    road: dict[str, Any],
+    wall: float,
+    plot_path: str | Path | None,
+    checkpoints: list[dict[str, Any]] | None,
+) -> dict[str, Any]:
+    """The final numbers into MLflow, with policy.json and the plot; the summary (with the kept
+    `checkpoints`' wall clocks, which their byte-stable index leaves out)."""
+    if ppo.run is not None:  # a Run never raises: MLflow trouble cannot lose the trained policy
+        ppo.run.log_metrics(
             {
                 "val/best_score": best["score"],
                 "road_course_nominal/completed": None if road["completed"] is None else float(road["completed"]),
@@ -357,18 +256,21 @@ def _train(
                 "train/wall_s": wall,
                 "train/ppo_steps_per_s": meta["train"]["ppo_steps_per_s"],
             },
-            step=done_it - 1,
+            step=ppo.done - 1,
         )
-        run.log_artifacts([folder / "policy.json", *([plot_path] if plot_path else [])], "train")
-    say(
-        f"train {family}: kept iteration {best['iteration']} (val {best['score']:.3f}); road course nominal: {road['reason']} {road['lap_time_s']} s; {wall:.0f} s -> {folder}"
+        ppo.run.log_artifacts([ppo.folder / "policy.json", *([plot_path] if plot_path else [])], "train")
+    ppo.say(
+        f"train {ppo.name}: kept iteration {best['iteration']} (val {best['score']:.3f}); road course nominal: "
+        f"{road['reason']} {road['lap_time_s']} s; {wall:.0f} s -> {ppo.folder}"
     )
     summary = {k: meta[k] for k in ("family", "validation", "road_course_nominal", "train", "mlflow_run_id")}
-    if (
-        kept_chunks is not None
-    ):  # their wall clocks (train clock at each chunk's end), which the byte-stable index leaves out
-        summary["checkpoints"] = kept_chunks
-    return summary, curve
+    if checkpoints is not None:  # the train clock at each chunk's end
+        summary["checkpoints"] = {
+            "folder": "checkpoints",
+            "points": [{k: c[k] for k in ("iteration", "env_steps", "wall_s")} for c in checkpoints],
+            "ppo_steps_per_s": meta["train"]["ppo_steps_per_s"],
+        }
+    return summary
 
 
 def train(

@@ -278,9 +278,9 @@ def report(
     set_: Overrides = None,
 ) -> None:
     """Prediction accuracy vs policy quality, and the efficiency of distillation (metrics/report.json)."""
-    from s3.evaluate.report import report as run_report
-    from s3.evaluate.report_render import README_BEGIN, README_END, readme_block, readme_table, replace_readme_block
     from s3.io import write_text_atomic
+    from s3.report.render import README_BEGIN, README_END, readme_block, readme_table, replace_readme_block
+    from s3.report.report import report as run_report
 
     p = _params(params, set_)
     with _one_line_errors():

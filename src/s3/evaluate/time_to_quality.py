@@ -35,7 +35,7 @@ The time axis, reproducible from the recorded throughputs rather than from each 
   clock is the route's), offset = the one-time collection (metrics/collect.json wall_seconds_total)
   + distillation of its model (metrics/distill/<model>.json total_wall_s).
 For a real-time source (a simulator that runs at 1x per worker, e.g. BeamNG), as in
-s3.evaluate.report_cost: direct t = env_steps x control_dt / workers (simulation alone, PPO updates not
+s3.report.cost: direct t = env_steps x control_dt / workers (simulation alone, PPO updates not
 counted: a lower bound), collection = rows x control_dt / collect workers (rows: metrics/distill);
 distillation and distilled PPO do not touch the source and keep their measured times.
 Each point also carries `wall_s` where the training recorded it (its own clock at that checkpoint).

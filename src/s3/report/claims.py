@@ -2,7 +2,7 @@
 
     claims(evals, rows, experiments, efficiency) -> [claim row, ...]
 
-The verdict rule was fixed before any result was looked at (s3.evaluate.stats.verdict): two-sided
+The verdict rule was fixed before any result was looked at (s3.report.stats.verdict): two-sided
 95 % intervals; a claim *holds* when the interval of its effect excludes zero in the claimed
 direction, *does not hold* when it excludes zero the other way, and *cannot tell* otherwise (at
 this n). A claim whose inputs were not run says so ("not run") and has no verdict.
@@ -17,7 +17,7 @@ this n). A claim whose inputs were not run says so ("not run") and has no verdic
    difference of the seed means with a two-level bootstrap interval (each policy's seeds
    resampled, then their runs).
 3. predictive accuracy predicts policy quality: Spearman rho of (ADE 2 s, quality) over models
-   (the families and the graded-accuracy variants), p by permuting models (exact; s3.evaluate.stats
+   (the families and the graded-accuracy variants), p by permuting models (exact; s3.report.stats
    .model_correlation), interval by a paired bootstrap over models (descriptive). Claimed direction:
    negative (lower error, better policy); the verdict is the same rule read from the test: holds
    when p < 0.05 with rho < 0, does not hold when p < 0.05 with rho > 0, cannot tell otherwise.
@@ -34,9 +34,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from s3.evaluate.report_inputs import get, num
-from s3.evaluate.stats import Interval, difference_bootstrap, model_correlation, verdict
+from s3.evaluate.intervals import Interval, difference_bootstrap
 from s3.evaluate.suite import groups
+from s3.report.inputs import get, num
+from s3.report.stats import model_correlation, verdict
 
 SMOOTHNESS = (
     ("mean_abs_steering_rate", -1),

@@ -20,8 +20,8 @@ from typing import Any
 
 from rich.table import Table
 
-from s3.evaluate.report_cost import DASH, duration
-from s3.evaluate.report_rows import CONDITIONS, CORRELATED, ERROR_METRICS
+from s3.report.cost import DASH, duration
+from s3.report.rows import CONDITIONS, CORRELATED, ERROR_METRICS
 
 
 def _f(x: Any, digits: int = 2) -> str:
@@ -62,7 +62,7 @@ CLAIM_COLUMNS = ("claim", "statement", "effect", "95 % interval", "n", "verdict"
 
 
 def claim_rows(report: Mapping[str, Any]) -> list[list[str]]:
-    """The paper's claims: effect, interval, n and verdict (s3.evaluate.report_claims)."""
+    """The paper's claims: effect, interval, n and verdict (s3.report.claims)."""
     out = []
     for c in report.get("claims", []):
         ci = c["ci95"]

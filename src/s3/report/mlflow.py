@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from s3.evaluate.report_inputs import num
+from s3.report.inputs import num
 
 
 def _numbers(d: Mapping[str, Any]) -> dict[str, Any]:

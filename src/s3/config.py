@@ -12,6 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from s3.catalog import DIRECT  # the policy trained in the source simulator itself (train_direct)
 from s3.compute.params import ComputeParams
 from s3.data.params import CollectParams
 from s3.dynamics.params import DistillParams
@@ -91,9 +92,6 @@ class PolicyEntry(BaseModel):
 
     model: str = Field(description="the model family it trains in")
     distill: list[str] | None = Field(None, description="a family's entry carries it here (`<<: *families`); unused")
-
-
-DIRECT = "direct"  # the policy trained in the source simulator itself (train_direct)
 
 
 class Params(BaseModel):

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from s3.catalog import DIRECT
 from s3.evaluate.holdout import HOLDOUT_SEED, START_SPEED, holdout_tracks
 from s3.io import json_safe, write_json_atomic
 from s3.rl.checkpoints import DIR, load_checkpoint_fn, read_index
@@ -64,7 +65,6 @@ from s3.rl.export import policy_env_params
 from s3.rl.tracks import start_grid
 from s3.tracks.track import Track
 
-DIRECT = "direct"
 N_TRACKS, STARTS = 8, 2
 ICE_SLOTS = (0, 3)  # track i is heavy ice when i % 4 is one of these, else dry
 LAP_SHARE = 0.5  # lap-completing: at least half of the set's laps
@@ -446,7 +446,7 @@ def time_to_quality(
         "rule": RULE,
         "lap_share_needed": LAP_SHARE,
         "time_axis": {
-            "direct": "env_steps / env_steps_per_s (metrics/train/direct.json)",
+            DIRECT: f"env_steps / env_steps_per_s (metrics/train/{DIRECT}.json)",
             "distilled": "collect wall + distill total_wall_s + env_steps / env_steps_per_s (the first seed's env steps over its whole "
             "training wall clock, metrics/train/<policy>.json seed_selection.seeds), as direct's rate is over its whole run",
             "real_time": "direct: env_steps x control_dt / workers; distilled: collect rows x control_dt / collect workers + distill + PPO",

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from s3.catalog import DIRECT
 from s3.platform.tracking import flatten
 
 
@@ -50,7 +51,7 @@ class RegressParams(BaseModel):
     completion_keys: list[str] = ["summary.*.completion_rate.estimate", "summary.*.lap_share.estimate"]
     lap_time_keys: list[str] = ["summary.*.lap_time_s.estimate"]
     # `direct` trains for a wall-clock budget: its policy, and so its lap share, changes with the machine's load
-    exclude_files: list[str] = ["metrics/eval/direct.json"]
+    exclude_files: list[str] = [f"metrics/eval/{DIRECT}.json"]
 
 
 Kind = Literal["error", "completion", "lap_time"]

@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.table import Table
 
+from s3.catalog import DIRECT
 from s3.report.cost import DASH, duration
 from s3.report.rows import CONDITIONS, CORRELATED, ERROR_METRICS
 
@@ -158,7 +159,7 @@ def efficiency_rows(report: Mapping[str, Any]) -> list[list[str]]:
             [
                 name,
                 rl,
-                eff["direct"]["text"],
+                eff[DIRECT]["text"],
                 m["speedup_text"],
                 duration(m["one_time_cost_s"]),
                 m["break_even_text"],
@@ -189,7 +190,7 @@ def correlation_lines(report: Mapping[str, Any]) -> list[str]:
 def cost_lines(report: Mapping[str, Any]) -> list[str]:
     """The one-time costs and the measured source-simulator speeds behind the efficiency table."""
     eff = report["efficiency"]
-    c, d = eff["collect"], eff["direct"]
+    c, d = eff["collect"], eff[DIRECT]
     rows = DASH if c["rows"] is None else f"{c['rows']:,.0f}"
     steps = DASH if d.get("env_steps") is None else f"{d['env_steps']:,.0f}"
     direct = (

@@ -38,7 +38,7 @@ from typing import Any
 
 from rich.console import Console
 
-from s3.dynamics.registry import FAMILIES
+from s3.catalog import DIRECT, FAMILIES, FAMILY, ORACLE_KIND
 from s3.io import json_safe, write_json_atomic, write_text_atomic
 from s3.report.claims import claims
 from s3.report.cost import collect_cost, direct_cost, efficiency_block
@@ -108,7 +108,7 @@ def build_report(
     """Join the stage metrics into the report dict (reads files, writes nothing).
 
     `manifest` defaults to <metrics_dir>/../data/rollouts/manifest.json (the project layout).
-    `families` (default: every family of s3.dynamics.registry) and `models` (policy -> the model
+    `families` (default: every family of s3.catalog) and `models` (policy -> the model
     family it trains in; default: each family its own) come from params.yaml in `s3 report`.
     """
     families = list(FAMILIES if families is None else families)
@@ -118,7 +118,7 @@ def build_report(
     missing: list[str] = []
     d_dir, e_dir, t_dir = metrics_dir / "distill", metrics_dir / "eval", metrics_dir / "train"
     names = order_names(
-        {*models, *json_names(d_dir), *json_names(e_dir), *(n for n in json_names(t_dir) if n != "direct")},
+        {*models, *json_names(d_dir), *json_names(e_dir), *(n for n in json_names(t_dir) if n != DIRECT)},
         families,
         models,
     )
@@ -130,7 +130,7 @@ def build_report(
     for name in names:
         evals[name] = read_json(e_dir / f"{name}.json", missing)
         kind = policy_kind(name, families, models)
-        trained = kind in ("family", "oracle", "policy")
+        trained = kind in (FAMILY, ORACLE_KIND, "policy")
         train = read_json(t_dir / f"{name}.json", missing) if trained else None
         src = prediction_source(name, d_dir, train, families, models) if trained else None
         distill = read_json(d_dir / f"{src}.json", missing) if src else None
@@ -153,7 +153,7 @@ def build_report(
         )
         rows[name] = row
     collect = collect_cost(man, dt, read_json(metrics_dir / "collect.json", missing))
-    direct = direct_cost(read_json(t_dir / "direct.json", missing), evals.get("direct"), dt)
+    direct = direct_cost(read_json(t_dir / f"{DIRECT}.json", missing), evals.get(DIRECT), dt)
     experiments = read_experiments(metrics_dir / "experiments")
     ttq = (
         read_json(metrics_dir / "time_to_quality.json", []) if (metrics_dir / "time_to_quality.json").exists() else None
@@ -169,7 +169,7 @@ def build_report(
         "efficiency": {
             "control_dt": dt,
             "collect": collect,
-            "direct": direct,
+            DIRECT: direct,
             **efficiency_block(rows, collect, direct),
             "direct_budget_rule": (ttq or {}).get("budget_rule"),
         },  # s3.evaluate.time_to_quality checks it, once

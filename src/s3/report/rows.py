@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from s3.catalog import BASELINE, FAMILY, ORACLE, ORACLE_KIND
 from s3.report.inputs import BASELINES, get, num
 
 CONDITIONS = ("nominal", "ice")
@@ -125,10 +126,12 @@ def policy_row(
 def policy_kind(name: str, families: list[str], models: Mapping[str, str]) -> str:
     """family, oracle, policy (trained in a model), baseline, or other."""
     if name in families:
-        return "family"
-    if name == "oracle" or name in models:
-        return "oracle" if name == "oracle" else "policy"
-    return "baseline" if name in BASELINES else "other"
+        return FAMILY
+    if name == ORACLE:
+        return ORACLE_KIND
+    if name in models:
+        return "policy"
+    return BASELINE if name in BASELINES else "other"
 
 
 def prediction_source(

@@ -53,6 +53,7 @@ import numpy as np
 import torch
 
 from s3 import __version__
+from s3.catalog import DIRECT
 from s3.io import json_safe, write_json_atomic
 from s3.platform.tracking import Run
 from s3.rl.checkpoints import add_checkpoint, clear
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
     from s3.config import Params
     from s3.rl.params import TrainParams
 
-NAME = "direct"
+NAME = DIRECT
 EXPORT_RESERVE_S = 5.0  # export, plot and MLflow at the end (measured ~2-4 s on two cores)
 
 

@@ -41,6 +41,7 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from s3.catalog import DIRECT
 from s3.rl import SOURCE_WORKER_PRELOAD
 from s3.rl.params import EnvParams
 from s3.rl.task_env import TaskVecEnv
@@ -378,7 +379,7 @@ class SourceVecEnv(TaskVecEnv):
         self.auto_reset = auto_reset
         self.cfg: dict[str, Any] = {
             "env": params.model_dump(mode="json"),
-            "family": "direct",
+            "family": DIRECT,
             "dt": self.dt,
             "sim": sim.backend,
         }

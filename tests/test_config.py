@@ -44,7 +44,7 @@ def test_overrides_reach_nested_sections() -> None:
         ("collect.driver.max_speed=[30, 10]", "max_speed must be an increasing pair"),
         ("nonsense", "expected section.key=value"),
         ("sim.control_dt=0.101", "must be a whole number of mujoco.timestep"),
-        ("families.kart.model=kart", "families.kart: no such model family in s3.dynamics.registry"),
+        ("families.kart.model=kart", "families.kart: no such model family in s3.catalog"),
         (
             "families.ddm.distill=[distill.ddm, distill.nope, distill.seed]",
             "families.ddm.distill[1]: 'distill.nope' is not a distill.* key",

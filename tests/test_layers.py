@@ -55,9 +55,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("s3.rl.train", "s3.platform.tracking"): "moved by cli",
     ("s3.rl.runner", "s3.platform.tracking"): "moved by cli",
     # moved by report (evaluate/report_mlflow.py -> s3/report/) and cli (tracking -> s3/tracking/)
-    ("s3.evaluate.report_mlflow", "s3.platform.tracking"): "moved by report and cli",
-    # moved by report: the families described once in s3.catalog, which config validates against
-    ("s3.config", "s3.dynamics.registry"): "moved by report",
+    ("s3.report.mlflow", "s3.platform.tracking"): "moved by report and cli",
 }
 
 

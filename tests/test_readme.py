@@ -183,8 +183,8 @@ def metrics(tmp_path: Path) -> Path:
 
 
 def test_readme_table_renders_the_report(metrics: Path) -> None:
-    from s3.evaluate.report import build_report
-    from s3.evaluate.report_render import readme_table
+    from s3.report.render import readme_table
+    from s3.report.report import build_report
 
     rep = build_report(metrics)
     text = readme_table(rep)
@@ -204,7 +204,7 @@ def test_report_readme_option_replaces_only_the_block(metrics: Path, tmp_path: P
     from typer.testing import CliRunner
 
     from s3.cli import app
-    from s3.evaluate.report_render import README_BEGIN, README_END, readme_block, readme_table
+    from s3.report.render import README_BEGIN, README_END, readme_block, readme_table
 
     readme = tmp_path / "README.md"
     head, tail = "# title\n\nbefore the block\n", "\nafter the block\n<!-- another comment -->\n"
@@ -233,7 +233,7 @@ def test_report_readme_option_replaces_only_the_block(metrics: Path, tmp_path: P
 
 
 def test_replace_readme_block_refuses_a_malformed_block() -> None:
-    from s3.evaluate.report_render import README_BEGIN, README_END, replace_readme_block
+    from s3.report.render import README_BEGIN, README_END, replace_readme_block
 
     for text in ("none", f"{README_END} {README_BEGIN}", f"{README_BEGIN} {README_BEGIN} {README_END}"):
         with pytest.raises(ValueError, match="block"):
@@ -242,7 +242,7 @@ def test_replace_readme_block_refuses_a_malformed_block() -> None:
 
 
 def test_the_committed_readme_block_is_the_committed_report() -> None:
-    from s3.evaluate.report_render import readme_block, readme_table
+    from s3.report.render import readme_block, readme_table
 
     path = ROOT / "metrics" / "report.json"
     if not path.exists():

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from s3.evaluate import report as rp
-from s3.evaluate.report_cost import DASH, efficiency
-from s3.evaluate.report_mlflow import log_report_mlflow
-from s3.evaluate.report_ranks import quality_ranks, spearman
-from s3.evaluate.report_render import (
+from s3.report import report as rp
+from s3.report.cost import DASH, efficiency
+from s3.report.mlflow import log_report_mlflow
+from s3.report.ranks import quality_ranks, spearman
+from s3.report.render import (
     MAIN_COLUMNS,
     correlation_lines,
     cost_lines,
@@ -532,7 +532,7 @@ def test_direct_budget_rule_and_the_claims_verdicts(ws: Path) -> None:
 
 def test_the_seeds_a_policy_would_need() -> None:
     """Per policy and condition: the seeds at which its observed spread of lap share gives a 95 % interval of +-0.1."""
-    from s3.evaluate.report_rows import policy_columns
+    from s3.report.rows import policy_columns
 
     ev = {
         "by_seed": {

@@ -1,4 +1,4 @@
-"""The study's statistics (s3.evaluate.stats): known answers, closed forms and a coverage simulation."""
+"""The study's statistics (s3.evaluate.intervals, s3.report.stats): known answers, closed forms and a coverage simulation."""
 
 from __future__ import annotations
 
@@ -11,16 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from s3.evaluate.stats import (
-    Interval,
-    difference_bootstrap,
-    model_correlation,
-    seed_means,
-    seeds_needed,
-    two_level_bootstrap,
-    verdict,
-    wilson,
-)
+from s3.evaluate.intervals import Interval, difference_bootstrap, seed_means, two_level_bootstrap, wilson
+from s3.report.stats import model_correlation, seeds_needed, verdict
 
 Z95 = NormalDist().inv_cdf(0.975)
 

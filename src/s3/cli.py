@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from s3.catalog import BICYCLE, DIRECT
 from s3.config import Params, ParamsError, load_params
 from s3.platform.tracking import log_collect, log_distill, log_evaluate
 
@@ -260,7 +261,7 @@ def evaluate(
                     continue
                 raise ParamsError(f"{folder}: no policy; run `s3 train --family {name}` first")
             # direct was trained in the source simulator: no distilled env to compare with
-            results[name] = evaluate_policy(name, folder, p, out, plots, MODELS_DIR, distilled=name != "direct")
+            results[name] = evaluate_policy(name, folder, p, out, plots, MODELS_DIR, distilled=name != DIRECT)
             if not track:
                 log_evaluate(p, name, results[name])
     _table_console().print(_evaluation_table(results))
@@ -278,9 +279,9 @@ def report(
     set_: Overrides = None,
 ) -> None:
     """Prediction accuracy vs policy quality, and the efficiency of distillation (metrics/report.json)."""
-    from s3.evaluate.report import report as run_report
-    from s3.evaluate.report_render import README_BEGIN, README_END, readme_block, readme_table, replace_readme_block
     from s3.io import write_text_atomic
+    from s3.report.render import README_BEGIN, README_END, readme_block, readme_table, replace_readme_block
+    from s3.report.report import report as run_report
 
     p = _params(params, set_)
     with _one_line_errors():
@@ -443,7 +444,7 @@ def _evaluation_table(results: dict[str, dict]) -> object:
 
 @bench_app.command("env")
 def bench_env(
-    family: Annotated[str, typer.Option(help="model family whose models/<family>/ to step")] = "bicycle",
+    family: Annotated[str, typer.Option(help="model family whose models/<family>/ to step")] = BICYCLE,
     device: Annotated[str, typer.Option(help="cpu, cuda or auto")] = "auto",
     seconds: Annotated[float, typer.Option(help="wall seconds to time the source simulator (0 skips it)")] = 10.0,
     size: Annotated[

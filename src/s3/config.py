@@ -12,10 +12,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from s3.catalog import DIRECT, FAMILIES  # DIRECT: the policy trained in the source simulator itself (train_direct)
 from s3.compute.params import ComputeParams
 from s3.data.params import CollectParams
 from s3.dynamics.params import DistillParams
-from s3.dynamics.registry import FAMILIES
 from s3.evaluate.params import EvaluateParams
 from s3.platform.params import RegressParams
 from s3.rl.params import TrainParams
@@ -52,9 +52,6 @@ class PolicyEntry(BaseModel):
     distill: list[str] | None = Field(None, description="a family's entry carries it here (`<<: *families`); unused")
 
 
-DIRECT = "direct"  # the policy trained in the source simulator itself (train_direct)
-
-
 class Params(BaseModel):
     """Everything in params.yaml."""
 
@@ -63,7 +60,7 @@ class Params(BaseModel):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     families: dict[str, FamilyEntry] = Field(
         default_factory=lambda: {f: FamilyEntry() for f in FAMILIES},
-        description="the model families the pipeline runs (s3.dynamics.registry)",
+        description="the model families the pipeline runs (s3.catalog; their classes: s3.dynamics.registry)",
     )
     policies_in_models: dict[str, PolicyEntry] = Field(
         default_factory=dict,
@@ -82,9 +79,7 @@ class Params(BaseModel):
         tree = self.model_dump()
         for fam, entry in self.families.items():
             if fam not in FAMILIES:
-                raise ValueError(
-                    f"families.{fam}: no such model family in s3.dynamics.registry ({', '.join(FAMILIES)})"
-                )
+                raise ValueError(f"families.{fam}: no such model family in s3.catalog ({', '.join(FAMILIES)})")
             if entry.model not in (None, fam):
                 raise ValueError(
                     f"families.{fam}.model: {entry.model!r}; a family's policy trains in its own model ({fam!r})"

@@ -15,6 +15,7 @@ Conventions (SI units in and out, normalisation happens inside the model):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -96,6 +97,7 @@ class DynamicsModel(nn.Module):
     """
 
     family: ClassVar[str] = "base"
+    fitted_only: ClassVar[bool] = False  # True: the least-squares fit is the whole model (no gradient training)
     inference_bf16: bool = False
     inference_compile: bool = False
 
@@ -124,6 +126,13 @@ class DynamicsModel(nn.Module):
     def forward_step(self, hs: Tensor, ha: Tensor, a: Tensor, mu: Tensor | None) -> Tensor:
         """[N, K, S], [N, K, A], [N, A], [N] | None -> next state [N, S]."""
         raise NotImplementedError
+
+    def distill_summary(self, test_batch: Callable[[], Mapping[str, Tensor]], fit: dict[str, float]) -> dict[str, Any]:
+        """What metrics/distill/<family>.json says of the trained model beside its accuracy (its coefficients,
+        its fit), as {key: JSON-able value}; none by default. `test_batch()` gives windows of the test split
+        (s3.dynamics.dataset: hist_states [N, K, S], hist_actions [N, K, A], actions [N, H, A], mu [N, H], on
+        the CPU); `fit` is the bicycle least-squares fit every family starts from."""
+        return {}
 
     # ---- the shared interface -------------------------------------------------------------
     def step(self, history_states: Tensor, history_actions: Tensor, action: Tensor, mu: Tensor | None = None) -> Tensor:

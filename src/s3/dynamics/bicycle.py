@@ -18,6 +18,7 @@ baseline that fails on ice, by construction.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,6 +26,7 @@ import torch
 from scipy.optimize import lsq_linear
 from torch import Tensor
 
+from s3.catalog import BICYCLE
 from s3.dynamics.base import DynamicsModel
 
 if TYPE_CHECKING:
@@ -140,7 +142,8 @@ def fit_bicycle(
 class BicycleModel(DynamicsModel):
     """Kinematic bicycle with a fitted actuator and acceleration map."""
 
-    family = "bicycle"
+    family = BICYCLE
+    fitted_only = True
 
     def __init__(self, history: int, dt: float, use_mu: bool, fit: dict[str, float] | None = None, **kw: Any) -> None:
         super().__init__(history, dt, use_mu=False, **kw)  # the bicycle never uses the label
@@ -153,6 +156,9 @@ class BicycleModel(DynamicsModel):
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "fit": dict(zip(FIT_NAMES, self.coef.tolist()))}
+
+    def distill_summary(self, test_batch: Callable[[], Mapping[str, Tensor]], fit: dict[str, float]) -> dict[str, Any]:
+        return {"fit": fit}
 
     def set_fit(self, fit: dict[str, float]) -> None:
         self.coef.copy_(torch.tensor([fit[n] for n in FIT_NAMES], dtype=torch.float32))

@@ -10,12 +10,14 @@ starts at the nominal coefficients (from the bicycle fit), so training starts fr
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from s3.catalog import DDM
 from s3.dynamics.base import DynamicsModel
 from s3.dynamics.single_track import COEFF_NAMES, P, SingleTrack, bound, coeff_bounds, nominal_coeffs, unbound
 from s3.dynamics.transformer import history_tokens
@@ -36,7 +38,7 @@ def fast_tanh(x: Tensor) -> Tensor:
 class DDMModel(DynamicsModel):
     """History -> bounded physical coefficients -> integrated single-track model."""
 
-    family = "ddm"
+    family = DDM
 
     def __init__(
         self,
@@ -123,6 +125,17 @@ class DDMModel(DynamicsModel):
     def forward_step(self, hs: Tensor, ha: Tensor, a: Tensor, mu: Tensor | None) -> Tensor:
         c = self.coefficients(hs, ha, a, mu)  # [N, P]
         return self.model(hs[:, -1], a, c, mu)
+
+    def distill_summary(self, test_batch: Callable[[], Mapping[str, Tensor]], fit: dict[str, float]) -> dict[str, Any]:
+        """The mean coefficients it predicts over (up to) the first 1024 test windows."""
+        b, device = test_batch(), self.norm.state_mean.device
+        mean = self.describe(
+            b["hist_states"].to(device),
+            b["hist_actions"].to(device),
+            b["actions"][:, 0].to(device),
+            b["mu"][:, 0].to(device),
+        )
+        return {"mean_coefficients_test": mean}
 
     def describe(self, hs: Tensor, ha: Tensor, a: Tensor, mu: Tensor | None = None) -> dict[str, float]:
         """Mean predicted coefficients over a batch, plus the learned geometry (for reports)."""

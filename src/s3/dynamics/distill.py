@@ -198,7 +198,7 @@ def distill(
     model.norm.set({k: torch.as_tensor(v) for k, v in dm.stats.items()})
     folder = out_dir / family
     train = {"wall_s": 0.0, "epochs": 0, "stopped_by": "least squares"}
-    if family != "bicycle":
+    if not model.fitted_only:
         train = train_model(model, dm, params, device, folder)
     split = {k: [int(e) for e in v] for k, v in dm.split.items()}
     card = {
@@ -209,18 +209,7 @@ def distill(
     metrics, plot_data = evaluate(
         model, dm.data, dm.split["test"], params.eval_stride, params.divergence_seconds, params.throughput_sizes
     )
-    if hasattr(model, "describe") and family == "dytr":
-        metrics["prior_coefficients"] = model.describe()
-    elif family == "ddm":
-        b = dm.tensors.gather(torch.from_numpy(dm.test_index[:1024]))
-        metrics["mean_coefficients_test"] = model.describe(
-            b["hist_states"].to(device),
-            b["hist_actions"].to(device),
-            b["actions"][:, 0].to(device),
-            b["mu"][:, 0].to(device),
-        )
-    elif family == "bicycle":
-        metrics["fit"] = fit
+    metrics.update(model.distill_summary(lambda: dm.tensors.gather(torch.from_numpy(dm.test_index[:1024])), fit))
     metrics["train"] = train
     metrics["split_episodes"] = {k: len(v) for k, v in split.items()}
     metrics["rows"] = len(dm.data)

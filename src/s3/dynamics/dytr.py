@@ -11,11 +11,13 @@ So the model starts as the physics prior and the transformer only learns what th
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
+from s3.catalog import DYTR
 from s3.dynamics.base import DynamicsModel
 from s3.dynamics.single_track import COEFF_NAMES, SingleTrack, bound, coeff_bounds, nominal_coeffs, unbound
 from s3.dynamics.transformer import CausalTransformer, history_tokens
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
 class DyTrModel(DynamicsModel):
     """Single-track prior with fitted fixed coefficients + transformer residual."""
 
-    family = "dytr"
+    family = DYTR
 
     def __init__(
         self,
@@ -96,6 +98,10 @@ class DyTrModel(DynamicsModel):
             compiled=self.inference_compile,
         )  # [N, D]
         return prior + self.head(z) * self.norm.delta_std
+
+    def distill_summary(self, test_batch: Callable[[], Mapping[str, Tensor]], fit: dict[str, float]) -> dict[str, Any]:
+        """The prior's coefficients and geometry."""
+        return {"prior_coefficients": self.describe()}
 
     def describe(self) -> dict[str, float]:
         """The prior's coefficients and geometry (for reports)."""

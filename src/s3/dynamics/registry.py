@@ -1,8 +1,10 @@
 """The model families the code implements: one line each, "module:class".
 
-A new family: its module in s3/dynamics (a `DynamicsModel` subclass with `family`, `from_params`
-and `config`), one line in FAMILY_CLASSES, and an entry under `families` in params.yaml (the
-families the pipeline distils, trains and evaluates). Importing this module imports no model.
+A new family: its name and what it is in s3.catalog, its module in s3/dynamics (a `DynamicsModel`
+subclass with `family`, `from_params` and `config`), one line in FAMILY_CLASSES, and an entry under
+`families` in params.yaml (the families the pipeline distils, trains and evaluates). The names are the
+catalog's (tests/test_literals.py checks that this map covers exactly s3.catalog.FAMILIES); the
+"module:class" strings are the one place a family's module is named. Importing this module imports no model.
 """
 
 from __future__ import annotations
@@ -10,17 +12,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from s3.catalog import BICYCLE, DDM, DYTR, TRANSFORMER
+
 if TYPE_CHECKING:
     from s3.dynamics.base import DynamicsModel
     from s3.dynamics.params import DistillParams
 
 FAMILY_CLASSES = {
-    "bicycle": "s3.dynamics.bicycle:BicycleModel",
-    "ddm": "s3.dynamics.ddm:DDMModel",
-    "transformer": "s3.dynamics.transformer:TransformerModel",
-    "dytr": "s3.dynamics.dytr:DyTrModel",
+    BICYCLE: "s3.dynamics.bicycle:BicycleModel",
+    DDM: "s3.dynamics.ddm:DDMModel",
+    TRANSFORMER: "s3.dynamics.transformer:TransformerModel",
+    DYTR: "s3.dynamics.dytr:DyTrModel",
 }
-FAMILIES = tuple(FAMILY_CLASSES)
+FAMILIES = tuple(FAMILY_CLASSES)  # the families the code implements: s3.catalog.FAMILIES, in its order
 
 
 def family_class(family: str) -> type[DynamicsModel]:

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from s3.catalog import TRANSFORMER
 from s3.dynamics.base import DynamicsModel, step_actions
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ def history_tokens(model: DynamicsModel, hs: Tensor, ha: Tensor, a: Tensor, mu: 
 class TransformerModel(DynamicsModel):
     """s[t+1] = s[t] + denormalise(head(transformer(history tokens)))."""
 
-    family = "transformer"
+    family = TRANSFORMER
 
     def __init__(
         self,

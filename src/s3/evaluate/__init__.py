@@ -1,4 +1,6 @@
-"""s3.evaluate: drivers back in the SOURCE simulator on the held-out road course.
+"""s3.evaluate: drivers back in the SOURCE simulator on the held-out road course; runs and judges laps.
+
+The report that reads its results is the floor above (s3.report); nothing here imports it.
 
 Every driver meets the same car there: `sim.driver_aids` (s3.sim.aids, traction control / ABS).
 
@@ -10,15 +12,11 @@ Every driver meets the same car there: `sim.driver_aids` (s3.sim.aids, traction 
     evaluate.py      evaluate_driver(...) -> metrics/eval/<name>.json + plots; evaluate_baseline("pid"); each run an executor job
     policy_eval.py   evaluate_policy(...): evaluate_driver + the same starts in the policy's distilled env
                      (the transfer gap), and the model's manoeuvre probes
+    suite.py         the evaluation suite's summaries: every metric per seed, with intervals over seeds
+    intervals.py     those intervals: two-level bootstrap over seeds and runs, Wilson, a difference of two
+    time_to_quality.py s3 time-to-quality: every kept checkpoint of each route on one fixed hold-out set
     probes.py        fixed open-loop manoeuvres in the source simulator and in a model, compared
     holdout.py       s3 holdout: policies and pid on held-out procedural tracks (heavy ice / dry), source
-    report.py        s3 report: prediction accuracy vs policy quality, efficiency, report.json / report.md
-    report_inputs.py the report's inputs: reading the stage metrics, the order of the policies
-    report_rows.py   the report's row per policy: prediction accuracy, policy quality, transfer gap
-    report_ranks.py  quality ranks of the families, Spearman rank correlation with prediction error
-    report_cost.py   the efficiency accounting: distilled route vs direct, speed-up, break-even
-    report_render.py the report as text: table rows, rich tables, reports/report.md
-    report_mlflow.py the report's MLflow runs
     plots.py         trajectories on the track, speed/steering traces, top-down lap GIF
     tune_pid.py      the pid baseline's tuning aid, on procedural tracks only
 """

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from s3.catalog import PID, PID_BLIND, PID_CAUTIOUS
 from s3.compute.backend import executor_for
 from s3.compute.executor import Job
 from s3.compute.retry import check_lost
@@ -259,11 +260,9 @@ def _plots(name: str, kept: list[tuple[dict[str, Any], RunResult]], ep: Evaluate
 
 
 BASELINES: dict[str, Any] = {
-    "pid": lambda ep: PidFactory(ep.pid),  # as configured (default: slows for the map's known ice)
-    "pid_blind": lambda ep: PidFactory(ep.pid.model_copy(update={"knows_ice": False})),  # no surface knowledge
-    "pid_cautious": lambda ep: PidFactory(
-        cautious(ep.pid)
-    ),  # blind, planned for the lowest training friction everywhere
+    PID: lambda ep: PidFactory(ep.pid),  # as configured (default: slows for the map's known ice)
+    PID_BLIND: lambda ep: PidFactory(ep.pid.model_copy(update={"knows_ice": False})),  # no surface knowledge
+    PID_CAUTIOUS: lambda ep: PidFactory(cautious(ep.pid)),  # blind, planned for the lowest training friction everywhere
 }
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from s3.catalog import PID
 from s3.evaluate.drivers import PidDriver
 from s3.evaluate.run import run_lap
 from s3.rl.params import TrackPoolParams
@@ -80,7 +81,7 @@ def holdout(
         sim.close()
     pid_lap = np.array([r.lap_time if r.completed else np.nan for r in pid_runs])
     rows = {
-        "pid": _row(
+        PID: _row(
             pid_lap, np.array([min(r.progress / r.lap_length, 1.0) for r in pid_runs]), [r.reason for r in pid_runs]
         )
     }

@@ -6,7 +6,7 @@
 
 A row is one run (s3.evaluate.evaluate: seed, track, condition, start_index and the per-run
 metrics of s3.evaluate.metrics). The unit of a policy's quality is the training seed: a block's
-intervals come from the two-level bootstrap (s3.evaluate.stats: seeds, then the runs of each seed
+intervals come from the two-level bootstrap (s3.evaluate.intervals: seeds, then the runs of each seed
 = circuits x starts), so with K seeds they are as coarse as K makes them. A deterministic driver
 (the pid baselines) is one "seed": its interval resamples its runs only (the method says which).
 
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from s3.evaluate.stats import two_level_bootstrap, wilson
+from s3.evaluate.intervals import two_level_bootstrap, wilson
 
 SUITE = "suite"
 QUALITY = ("completion_rate", "lap_share", "lap_time_s")

@@ -35,7 +35,7 @@ The time axis, reproducible from the recorded throughputs rather than from each 
   clock is the route's), offset = the one-time collection (metrics/collect.json wall_seconds_total)
   + distillation of its model (metrics/distill/<model>.json total_wall_s).
 For a real-time source (a simulator that runs at 1x per worker, e.g. BeamNG), as in
-s3.evaluate.report_cost: direct t = env_steps x control_dt / workers (simulation alone, PPO updates not
+s3.report.cost: direct t = env_steps x control_dt / workers (simulation alone, PPO updates not
 counted: a lower bound), collection = rows x control_dt / collect workers (rows: metrics/distill);
 distillation and distilled PPO do not touch the source and keep their measured times.
 Each point also carries `wall_s` where the training recorded it (its own clock at that checkpoint).
@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from s3.catalog import DIRECT
 from s3.evaluate.holdout import HOLDOUT_SEED, START_SPEED, holdout_tracks
 from s3.io import json_safe, write_json_atomic
 from s3.rl.checkpoints import DIR, load_checkpoint_fn, read_index
@@ -65,7 +66,6 @@ from s3.rl.tracks import start_grid
 from s3.sim.backends import side_by_side_names, sim_backend
 from s3.tracks.track import Track
 
-DIRECT = "direct"
 N_TRACKS, STARTS = 8, 2
 ICE_SLOTS = (0, 3)  # track i is heavy ice when i % 4 is one of these, else dry
 LAP_SHARE = 0.5  # lap-completing: at least half of the set's laps
@@ -447,7 +447,7 @@ def time_to_quality(
         "rule": RULE,
         "lap_share_needed": LAP_SHARE,
         "time_axis": {
-            "direct": "env_steps / env_steps_per_s (metrics/train/direct.json)",
+            DIRECT: f"env_steps / env_steps_per_s (metrics/train/{DIRECT}.json)",
             "distilled": "collect wall + distill total_wall_s + env_steps / env_steps_per_s (the first seed's env steps over its whole "
             "training wall clock, metrics/train/<policy>.json seed_selection.seeds), as direct's rate is over its whole run",
             "real_time": "direct: env_steps x control_dt / workers; distilled: collect rows x control_dt / collect workers + distill + PPO",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from s3.catalog import DIRECT
+
 
 class RegressParams(BaseModel):
     """Tolerances of `s3 regress` and the nightly regression flow."""
@@ -25,4 +27,4 @@ class RegressParams(BaseModel):
     completion_keys: list[str] = ["summary.*.completion_rate.estimate", "summary.*.lap_share.estimate"]
     lap_time_keys: list[str] = ["summary.*.lap_time_s.estimate"]
     # `direct` trains for a wall-clock budget: its policy, and so its lap share, changes with the machine's load
-    exclude_files: list[str] = ["metrics/eval/direct.json"]
+    exclude_files: list[str] = [f"metrics/eval/{DIRECT}.json"]

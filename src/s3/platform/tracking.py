@@ -506,10 +506,12 @@ def log_train(
 
 def log_evaluate(params: Any, name: str, result: Mapping[str, Any], root: str | Path = ".") -> None:
     """The evaluate stage: policy quality (summary and transfer gap) and the figures in its run."""
+    from s3.catalog import BASELINES, PID
+
     metrics = {
         "summary": result.get("summary", {}),
         "transfer_gap": result.get("transfer_gap", {}),
         "wall_s": result.get("wall_s"),
     }
-    p = params.evaluate.model_dump(mode="json", exclude=set() if name.startswith("pid") else {"pid"})
+    p = params.evaluate.model_dump(mode="json", exclude=set() if name in BASELINES else {PID})
     log_stage_safely("eval", name, p, metrics, [Path(f) for f in result.get("plots", [])], root=root)

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from s3.catalog import DIRECT
 from s3.compute.sim_pool import resolve_workers
 from s3.io import json_safe, write_json_atomic
 from s3.platform.tracking import Run
@@ -65,7 +66,7 @@ from s3.sim.backends import side_by_side_names, sim_backend
 if TYPE_CHECKING:
     from s3.config import Params
 
-NAME = "direct"
+NAME = DIRECT
 EXPORT_RESERVE_S = 5.0  # export, plot and MLflow at the end (measured ~2-4 s on two cores)
 
 

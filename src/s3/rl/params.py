@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from s3.catalog import DIRECT, observes_surface
 from s3.task.params import EnvParams
 from s3.tracks.generate import ProceduralTrackParams
 
@@ -247,9 +248,9 @@ class TrainParams(_Section):
         """These params with `per_policy[name]` merged in (the oracle always observes the surface;
         `direct` always trains one seed: its budget is the wall clock of the whole machine)."""
         tree = _merge(self.model_dump(exclude={"per_policy"}), self.per_policy.get(name, {}))
-        if name == "oracle":
+        if observes_surface(name):
             tree["env"]["surface_label"] = True
-        if name == "direct":
+        if name == DIRECT:
             tree["seeds"] = 1
         return TrainParams.model_validate(tree)
 

@@ -33,6 +33,7 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from s3.catalog import DIRECT
 from s3.compute import sim_pool
 from s3.compute.backend import open_sim_pool
 from s3.compute.sim_pool import STATE_COLUMNS, SimPool, SourceWorkerError, resolve_workers
@@ -88,7 +89,7 @@ class SourceVecEnv(TaskVecEnv):
         self.auto_reset = auto_reset
         self.cfg: dict[str, Any] = {
             "env": params.model_dump(mode="json"),
-            "family": "direct",
+            "family": DIRECT,
             "dt": self.dt,
             "sim": sim.backend,
         }

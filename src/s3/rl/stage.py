@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from s3.catalog import DIRECT
 from s3.io import write_json_atomic
 from s3.platform import tracking
 from s3.rl import TRAIN_WORKER_PRELOAD
@@ -38,7 +39,7 @@ def train_one(
 ) -> dict[str, Any]:
     """Train the policy `name` with `root.train.for_policy(name)`, logged to MLflow; returns its summary."""
     if (
-        name != "direct" and root.train.for_policy(name).seeds > 1
+        name != DIRECT and root.train.for_policy(name).seeds > 1
     ):  # the seed workers' forkserver imports while this process does (s3.workers)
         prestart(forkserver_context(TRAIN_WORKER_PRELOAD))
     run = tracking.family_run_safely(name)
@@ -63,7 +64,7 @@ def _train(
 ) -> dict[str, Any]:
     """The training of `train_one`, logging into `run`."""
     tp = root.train.for_policy(name)
-    if name == "direct":
+    if name == DIRECT:
         from s3.rl.direct import train_direct
 
         return train_direct(root.model_copy(update={"train": tp}), out_dir, plots_dir, metrics_dir, run=run)

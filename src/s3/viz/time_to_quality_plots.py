@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from s3.catalog import DIRECT
 from s3.viz.track_plot import new_figure, save_figure
 
 ROUTE_KEYS = ("tracks", "rule", "lap_share_needed", "time_axis", "collect", "distilled_best", "budget_rule")
@@ -27,21 +28,21 @@ def plot_time_to_quality(path: str | Path, result: dict[str, Any]) -> Path:
     ):
         for name, r in routes:
             pts = [p for p in r["curve"] if p.get(t_key) is not None]
-            style = dict(color=colors[name], lw=2.2 if name == "direct" else 1.2, ms=3)
+            style = dict(color=colors[name], lw=2.2 if name == DIRECT else 1.2, ms=3)
             if pts:
                 ax.plot(
                     [p[t_key] for p in pts],
                     [p["lap_share"] for p in pts],
-                    "o-" if name == "direct" else ".-",
+                    "o-" if name == DIRECT else ".-",
                     label=name,
                     **style,
                 )
             hit = next((p for p in pts if p["env_steps"] == r.get("env_steps_to_quality")), None)
             if hit is not None and r.get(hit_key) is not None:
                 ax.plot([hit[t_key]], [hit["lap_share"]], "*", color=colors[name], ms=12, mec="k", mew=0.5)
-            if name != "direct" and r.get(off_key):
+            if name != DIRECT and r.get(off_key):
                 ax.axvline(r[off_key], color=colors[name], ls=":", lw=0.8)
-        budget = result.get("direct", {}).get("budget_s")
+        budget = result.get(DIRECT, {}).get("budget_s")
         if budget and t_key == "t_s":
             ax.axvline(budget, color="0.3", ls="--", lw=0.8, label="direct's budget")
         ax.axhline(share, color="0.5", ls="--", lw=0.8)

@@ -20,8 +20,9 @@ from typing import Any
 
 from rich.table import Table
 
-from s3.evaluate.report_cost import DASH, duration
-from s3.evaluate.report_rows import CONDITIONS, CORRELATED, ERROR_METRICS
+from s3.catalog import DIRECT
+from s3.report.cost import DASH, duration
+from s3.report.rows import CONDITIONS, CORRELATED, ERROR_METRICS
 
 
 def _f(x: Any, digits: int = 2) -> str:
@@ -62,7 +63,7 @@ CLAIM_COLUMNS = ("claim", "statement", "effect", "95 % interval", "n", "verdict"
 
 
 def claim_rows(report: Mapping[str, Any]) -> list[list[str]]:
-    """The paper's claims: effect, interval, n and verdict (s3.evaluate.report_claims)."""
+    """The paper's claims: effect, interval, n and verdict (s3.report.claims)."""
     out = []
     for c in report.get("claims", []):
         ci = c["ci95"]
@@ -158,7 +159,7 @@ def efficiency_rows(report: Mapping[str, Any]) -> list[list[str]]:
             [
                 name,
                 rl,
-                eff["direct"]["text"],
+                eff[DIRECT]["text"],
                 m["speedup_text"],
                 duration(m["one_time_cost_s"]),
                 m["break_even_text"],
@@ -189,7 +190,7 @@ def correlation_lines(report: Mapping[str, Any]) -> list[str]:
 def cost_lines(report: Mapping[str, Any]) -> list[str]:
     """The one-time costs and the measured source-simulator speeds behind the efficiency table."""
     eff = report["efficiency"]
-    c, d = eff["collect"], eff["direct"]
+    c, d = eff["collect"], eff[DIRECT]
     rows = DASH if c["rows"] is None else f"{c['rows']:,.0f}"
     steps = DASH if d.get("env_steps") is None else f"{d['env_steps']:,.0f}"
     direct = (

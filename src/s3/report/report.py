@@ -17,12 +17,14 @@ up in the MLflow UI. A missing input is "not measured" (null / "—"), never a g
 
 This module joins and writes; each step has its own module:
 
-    report_inputs.py   reading the stage metrics, the order of the policies
-    report_rows.py     one row per policy: prediction accuracy, policy quality, transfer gap
-    report_ranks.py    quality ranks of the families, Spearman rank correlation (exact p)
-    report_cost.py     efficiency: collection and direct PPO costs, speed-up, break-even
-    report_render.py   the tables and lines as text, rich tables, reports/report.md
-    report_mlflow.py   the MLflow runs
+    inputs.py   reading the stage metrics, the order of the policies
+    rows.py     one row per policy: prediction accuracy, policy quality, transfer gap
+    ranks.py    quality ranks of the families, Spearman rank correlation (exact p)
+    claims.py   the paper's claims with their verdicts (statistics: stats.py)
+    cost.py     efficiency: collection and direct PPO costs, speed-up, break-even
+    render.py   the tables and lines as text, rich tables, reports/report.md
+    plots.py    the accuracy-vs-quality figure
+    mlflow.py   the MLflow runs
 """
 
 from __future__ import annotations
@@ -36,13 +38,14 @@ from typing import Any
 
 from rich.console import Console
 
-from s3.dynamics.registry import FAMILIES
-from s3.evaluate.report_claims import claims
-from s3.evaluate.report_cost import collect_cost, direct_cost, efficiency_block
-from s3.evaluate.report_inputs import BASELINES, control_dt, horizon_curves, json_names, order_names, read_json
-from s3.evaluate.report_mlflow import log_report_mlflow
-from s3.evaluate.report_ranks import quality_ranks, spearman
-from s3.evaluate.report_render import (
+from s3.catalog import DIRECT, FAMILIES, FAMILY, ORACLE_KIND
+from s3.io import json_safe, write_json_atomic, write_text_atomic
+from s3.report.claims import claims
+from s3.report.cost import collect_cost, direct_cost, efficiency_block
+from s3.report.inputs import BASELINES, control_dt, horizon_curves, json_names, order_names, read_json
+from s3.report.mlflow import log_report_mlflow
+from s3.report.ranks import quality_ranks, spearman
+from s3.report.render import (
     claims_table,
     correlation_lines,
     cost_lines,
@@ -50,8 +53,7 @@ from s3.evaluate.report_render import (
     markdown,
     report_table,
 )
-from s3.evaluate.report_rows import CORRELATED, policy_kind, policy_row, prediction_source, selected_row
-from s3.io import json_safe, write_json_atomic, write_text_atomic
+from s3.report.rows import CORRELATED, policy_kind, policy_row, prediction_source, selected_row
 
 HEADLINE_ERROR = "ade_2s_all"
 FIGURE = "accuracy_vs_quality.png"
@@ -106,7 +108,7 @@ def build_report(
     """Join the stage metrics into the report dict (reads files, writes nothing).
 
     `manifest` defaults to <metrics_dir>/../data/rollouts/manifest.json (the project layout).
-    `families` (default: every family of s3.dynamics.registry) and `models` (policy -> the model
+    `families` (default: every family of s3.catalog) and `models` (policy -> the model
     family it trains in; default: each family its own) come from params.yaml in `s3 report`.
     """
     families = list(FAMILIES if families is None else families)
@@ -116,7 +118,7 @@ def build_report(
     missing: list[str] = []
     d_dir, e_dir, t_dir = metrics_dir / "distill", metrics_dir / "eval", metrics_dir / "train"
     names = order_names(
-        {*models, *json_names(d_dir), *json_names(e_dir), *(n for n in json_names(t_dir) if n != "direct")},
+        {*models, *json_names(d_dir), *json_names(e_dir), *(n for n in json_names(t_dir) if n != DIRECT)},
         families,
         models,
     )
@@ -128,7 +130,7 @@ def build_report(
     for name in names:
         evals[name] = read_json(e_dir / f"{name}.json", missing)
         kind = policy_kind(name, families, models)
-        trained = kind in ("family", "oracle", "policy")
+        trained = kind in (FAMILY, ORACLE_KIND, "policy")
         train = read_json(t_dir / f"{name}.json", missing) if trained else None
         src = prediction_source(name, d_dir, train, families, models) if trained else None
         distill = read_json(d_dir / f"{src}.json", missing) if src else None
@@ -151,7 +153,7 @@ def build_report(
         )
         rows[name] = row
     collect = collect_cost(man, dt, read_json(metrics_dir / "collect.json", missing))
-    direct = direct_cost(read_json(t_dir / "direct.json", missing), evals.get("direct"), dt)
+    direct = direct_cost(read_json(t_dir / f"{DIRECT}.json", missing), evals.get(DIRECT), dt)
     experiments = read_experiments(metrics_dir / "experiments")
     ttq = (
         read_json(metrics_dir / "time_to_quality.json", []) if (metrics_dir / "time_to_quality.json").exists() else None
@@ -167,7 +169,7 @@ def build_report(
         "efficiency": {
             "control_dt": dt,
             "collect": collect,
-            "direct": direct,
+            DIRECT: direct,
             **efficiency_block(rows, collect, direct),
             "direct_budget_rule": (ttq or {}).get("budget_rule"),
         },  # s3.evaluate.time_to_quality checks it, once
@@ -192,8 +194,8 @@ def read_experiments(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
 
 def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path, plots_dir: Path) -> list[Path]:
     """metrics/report.json, the figures and reports/report.md (all atomic); returns their paths."""
+    from s3.report.plots import plot_accuracy_vs_quality
     from s3.viz.distill_plots import plot_error_vs_horizon
-    from s3.viz.report_plots import plot_accuracy_vs_quality
 
     figs = [plot_accuracy_vs_quality(report, Path(plots_dir) / FIGURE)]
     curves = horizon_curves(Path(metrics_dir) / "distill")

@@ -1,4 +1,4 @@
-"""The study's statistics: intervals over training seeds, the verdict on a claim, seeds needed, model correlation.
+"""Intervals over training seeds: a policy's quality on a metric, and the difference of two policies.
 
 The unit of a policy's quality is the training seed. A condition (a policy family, a setting)
 is trained with K seeds (K = 3 by default); each seed is evaluated on the same units
@@ -25,23 +25,9 @@ Definitions (fixed before looking at any results):
   (`difference_bootstrap`): the two policies are trained separately, their seed k's share
   nothing but a number. (Where the seeds are genuinely paired, pass the per-seed differences as
   one set of groups to `two_level_bootstrap` instead.)
-- the verdict on a claim (`verdict`). A claim names the metric and its direction before the
-  results are seen: direction +1 = "A is higher than B" (e.g. completion, lap share), -1 = "A is
-  lower" (e.g. lap time, steering jerk). With the two-sided 95 % interval [low, high] of the effect:
-      holds          the interval excludes 0 on the claimed side (+1: low > 0; -1: high < 0)
-      does not hold  the interval excludes 0 on the other side (the opposite is supported)
-      cannot tell    the interval contains 0, a bound is missing, or the interval does not
-                     carry the seed-to-seed spread (fewer than 2 seeds on a side of it)
-  "does not hold" is a finding, not a failure to find: it says the data support the opposite.
-  Every claim stated beforehand is reported with its verdict; none is dropped or re-aimed after
-  the fact, and there is no correction for the number of claims, so read several "holds" of one
-  family together, not as independent evidence.
-- seeds needed (`seeds_needed`): how many seeds the observed seed-to-seed spread would need for a
-  normal-approximation 95 % interval of half-width below the observed effect; "cannot tell"
-  together with this number is the honest report of an underpowered comparison.
-- prediction error vs policy quality across models (`model_correlation`): Spearman's rho over the
-  models, its two-sided p from the permutation distribution of the pairings (exact over all n!
-  orderings when n! <= n_resamples), and a paired bootstrap interval over the models.
+
+The evaluate stage summarises every policy with these (s3.evaluate.suite); the report reads a claim's
+verdict, the seeds it would need and the correlation across models from them (s3.report.stats).
 
 Caveat on few seeds: with K = 3 the seed level of the bootstrap has only 10 distinct resamples of
 the seeds, and a percentile bootstrap over few clusters is known to be too narrow: the interval of a
@@ -50,22 +36,17 @@ between-seed sd = within-seed sd, 12 runs per seed, 400 data sets, 2000 resample
 of one condition covered the true mean in about 77 % of the data sets at K = 3, 90-92 % at K = 5-10
 and 94 % at K = 30; with no true difference, a claim of either direction "held" in about 7 % of the
 data sets at K = 3 (nominal 2.5 %), 3-5 % from K = 5 on. Intervals and verdicts always state n_seeds;
-treat K = 3 verdicts as provisional, and use `seeds_needed` to plan the K that would settle them.
+treat K = 3 verdicts as provisional, and use `seeds_needed` (s3.report.stats) to plan the K that would settle them.
 """
 
 from __future__ import annotations
 
-import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from scipy import stats
-
-Verdict = Literal["holds", "does not hold", "cannot tell"]
-Direction = Literal[1, -1]
 
 N_RESAMPLES = 10_000
 CONFIDENCE = 0.95
@@ -168,7 +149,8 @@ def _two_level_draws(arrays: list[np.ndarray], n_resamples: int, rng: np.random.
     return total / k
 
 
-def _percentiles(draws: np.ndarray, confidence: float) -> tuple[float, float]:
+def percentiles(draws: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The two-sided percentile interval of `confidence` (e.g. 0.95: the 2.5 / 97.5 % quantiles) of 1-d `draws`."""
     alpha = 1.0 - confidence
     lo, hi = np.quantile(draws, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
@@ -215,7 +197,7 @@ def two_level_bootstrap(
         return Interval(v, v, v, k, n_units, confidence, f"all {n_units} values equal: zero-width interval")
     estimate = float(np.mean([a.mean() for a in arrays]))
     draws = _two_level_draws(arrays, n_resamples, np.random.default_rng(seed))
-    low, high = _percentiles(draws, confidence)
+    low, high = percentiles(draws, confidence)
     if k == 1:
         method = (
             f"percentile bootstrap over the {n_units} runs of the only seed ({n_resamples} resamples, seed {seed}): "
@@ -259,148 +241,8 @@ def difference_bootstrap(
     estimate = float(np.mean([x.mean() for x in a]) - np.mean([x.mean() for x in b]))
     rng = np.random.default_rng(seed)
     draws = _two_level_draws(a, n_resamples, rng) - _two_level_draws(b, n_resamples, rng)
-    low, high = _percentiles(draws, confidence)
+    low, high = percentiles(draws, confidence)
     method = f"difference of two-level percentile bootstraps, A ({ka} seeds) and B ({kb} seeds) resampled independently ({n_resamples} resamples, seed {seed})"
     if min(ka, kb) == 1:
         method += "; a side with one seed has no seed-to-seed spread in it, so the interval understates the uncertainty"
     return Interval(estimate, low, high, ka + kb, n_units, confidence, method, **sizes)
-
-
-def verdict(interval: Interval | Sequence[float | None], direction: Direction) -> Verdict:
-    """The verdict on a claim (see the module docstring), from the two-sided 95 % interval of its effect.
-
-    interval: an `Interval` (at confidence 0.95) or a (low, high) pair. direction: +1 when the claim
-    is that the effect is positive, -1 when negative. "holds" when the interval excludes 0 on the
-    claimed side, "does not hold" when it excludes 0 on the other side, "cannot tell" otherwise: it
-    contains 0, a bound is None/NaN, or (an Interval only) fewer than 2 seeds on a side carry it.
-    """
-    if direction not in (1, -1):
-        raise ValueError(f"direction must be +1 or -1, got {direction!r}")
-    if isinstance(interval, Interval):
-        if not math.isclose(interval.confidence, CONFIDENCE):
-            raise ValueError(f"the verdict rule reads a two-sided 95 % interval, got confidence {interval.confidence}")
-        seeds = [interval.n_seeds] if interval.n_seeds_a is None else [interval.n_seeds_a, interval.n_seeds_b or 0]
-        if min(seeds) < 2:
-            return "cannot tell"
-        low, high = interval.low, interval.high
-    else:
-        low, high = interval
-    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
-        return "cannot tell"
-    if low > high:
-        raise ValueError(f"interval bounds out of order: low {low} > high {high}")
-    if low > 0:
-        return "holds" if direction == 1 else "does not hold"
-    if high < 0:
-        return "holds" if direction == -1 else "does not hold"
-    return "cannot tell"
-
-
-def seeds_needed(
-    seed_values: Sequence[float | None], effect: float | None, confidence: float = CONFIDENCE
-) -> int | None:
-    """Seeds at which the observed seed-to-seed spread would give a normal-approximation interval of
-    half-width below |effect|: ceil((z * sd / |effect|)^2), at least 2.
-
-    seed_values: one number per seed: the seed means of a condition, or the per-seed differences of
-    a paired comparison (None/NaN dropped); sd is their sample standard deviation (ddof 1). z: the
-    two-sided normal quantile of `confidence` (1.96 at 95 %). None when sd is undefined (fewer than
-    2 values) or effect is None/0/NaN; a spread of 0 -> 2.
-
-    The n is for the interval of ONE mean. For an unpaired difference of two conditions with n seeds
-    each, the spread of the difference is sqrt(sd_a^2 + sd_b^2) / sqrt(n): with equal spreads, each side
-    needs about twice the n this returns for one condition's seed means. The sd from 3 seeds is itself
-    very uncertain, so the number is a planning guide, not a guarantee.
-    """
-    if effect is None or not math.isfinite(effect) or effect == 0:
-        return None
-    vals = np.array([np.nan if v is None else float(v) for v in seed_values], dtype=float)
-    vals = vals[np.isfinite(vals)]
-    if len(vals) < 2:
-        return None
-    sd = float(np.std(vals, ddof=1))
-    z = float(stats.norm.ppf(0.5 + confidence / 2))
-    return max(2, math.ceil((z * sd / abs(effect)) ** 2))
-
-
-def _spearman_rho(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Spearman's rho along `axis` (vectorised: batches of resamples); NaN where a side is constant."""
-    rx, ry = stats.rankdata(x, axis=axis), stats.rankdata(y, axis=axis)
-    rx = rx - rx.mean(axis=axis, keepdims=True)
-    ry = ry - ry.mean(axis=axis, keepdims=True)
-    num = (rx * ry).sum(axis=axis)
-    den = np.sqrt((rx * rx).sum(axis=axis) * (ry * ry).sum(axis=axis))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-
-
-def model_correlation(
-    x: Sequence[float | None],
-    y: Sequence[float | None],
-    n_resamples: int = 9999,
-    seed: int = 0,
-    confidence: float = CONFIDENCE,
-) -> dict[str, Any]:
-    """Spearman's rho of a per-model x (e.g. prediction error) against a per-model y (policy quality).
-
-    x, y: one number per model, the same order; a model with None/NaN on either side is left out.
-    Returns {rho, p_value, ci95, n_models, reason, ci95_dropped}:
-    - p_value: two-sided, from scipy.stats.permutation_test over the pairings (exact over all n!
-      orderings when n! <= n_resamples; with 5 models a perfect order gives 2/120);
-    - ci95: percentile interval of rho from a paired bootstrap over the models (scipy.stats.bootstrap,
-      paired=True). Resamples in which a side is constant have no rho and are left out of the
-      percentiles; when more than half are, or none is left, ci95 is None and reason says why. With few
-      models the interval is coarse and mostly descriptive (a perfect order gives [1, 1]); the p-value
-      is the inference.
-    - ci95_dropped: the share of bootstrap resamples left out that way (present once rho is);
-    - reason: None, or why rho / ci95 is None (fewer than 3 models, a constant side, ...).
-    """
-    xs = np.array([np.nan if v is None else float(v) for v in x], dtype=float)
-    ys = np.array([np.nan if v is None else float(v) for v in y], dtype=float)
-    if xs.shape != ys.shape:
-        raise ValueError(f"x and y need one value per model each, got {len(xs)} and {len(ys)}")
-    keep = np.isfinite(xs) & np.isfinite(ys)
-    xs, ys = xs[keep], ys[keep]
-    n = len(xs)
-    out: dict[str, Any] = {"rho": None, "p_value": None, "ci95": None, "n_models": n, "reason": None}
-    if n < 3:
-        out["reason"] = f"needs >= 3 models with both values, have {n}"
-        return out
-    if np.all(xs == xs[0]) or np.all(ys == ys[0]):
-        out["reason"] = "constant input: all models tie on " + ("x" if np.all(xs == xs[0]) else "y")
-        return out
-    out["rho"] = float(_spearman_rho(xs, ys))
-    rng = np.random.default_rng(seed)
-    # Only x is permuted (one sample): the null is the n! orderings of x against the fixed y, exact when
-    # n! <= n_resamples. Permuting both samples would give (n!)^2 orderings, exact only up to 4 models.
-    perm = stats.permutation_test(
-        (xs,),
-        lambda px, axis=-1: _spearman_rho(px, np.broadcast_to(ys, px.shape), axis=axis),
-        permutation_type="pairings",
-        vectorized=True,
-        n_resamples=n_resamples,
-        alternative="two-sided",
-        rng=rng,
-    )
-    out["p_value"] = float(perm.pvalue)
-    with warnings.catch_warnings():  # scipy warns when a resample's rho is NaN; those are handled below
-        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
-        boot = stats.bootstrap(
-            (xs, ys),
-            _spearman_rho,
-            paired=True,
-            vectorized=True,
-            method="percentile",
-            n_resamples=n_resamples,
-            confidence_level=confidence,
-            rng=rng,
-        )
-    dist = np.asarray(boot.bootstrap_distribution, dtype=float)
-    ok = dist[np.isfinite(dist)]
-    dropped = 1.0 - len(ok) / len(dist)
-    out["ci95_dropped"] = round(dropped, 6)
-    if len(ok) == 0 or dropped > 0.5:
-        out["reason"] = f"no bootstrap interval: {dropped:.0%} of the resamples have a constant side"
-    else:
-        out["ci95"] = list(_percentiles(ok, confidence))
-    return out

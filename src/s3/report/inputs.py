@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from s3.dynamics.registry import FAMILIES
+from s3.catalog import FAMILIES, NOT_IN_MODEL, ORACLE
 
-BASELINES = ("direct", "pid", "pid_blind", "pid_cautious")  # trained in the source simulator, or not trained
+BASELINES = NOT_IN_MODEL  # the report's baselines: no distilled model (direct: PPO in the source; the pid controllers)
 
 
 def read_json(path: Path, missing: list[str]) -> dict[str, Any] | None:
@@ -64,7 +64,7 @@ def order_names(
     """Families first, then the other policies trained in a model (the oracle) and the baselines,
     then anything else alphabetically."""
     families = list(families)
-    known = [*families, *dict.fromkeys(n for n in [*(models or {}), "oracle"] if n not in families), *BASELINES]
+    known = [*families, *dict.fromkeys(n for n in [*(models or {}), ORACLE] if n not in families), *BASELINES]
     names = set(names)
     return [n for n in known if n in names] + sorted(names - set(known))
 

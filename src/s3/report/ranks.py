@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from s3.evaluate.report_inputs import get, num
-from s3.evaluate.report_rows import CONDITIONS
+from s3.report.inputs import get, num
+from s3.report.rows import CONDITIONS
 
 EXACT_P_MAX_N = 8  # up to 8! = 40320 orderings
 

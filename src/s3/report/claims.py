@@ -2,7 +2,7 @@
 
     claims(evals, rows, experiments, efficiency) -> [claim row, ...]
 
-The verdict rule was fixed before any result was looked at (s3.evaluate.stats.verdict): two-sided
+The verdict rule was fixed before any result was looked at (s3.report.stats.verdict): two-sided
 95 % intervals; a claim *holds* when the interval of its effect excludes zero in the claimed
 direction, *does not hold* when it excludes zero the other way, and *cannot tell* otherwise (at
 this n). A claim whose inputs were not run says so ("not run") and has no verdict.
@@ -11,13 +11,13 @@ this n). A claim whose inputs were not run says so ("not run") and has no verdic
    (time-to-quality curves of s3.evaluate.time_to_quality; one training seed per route, so no
    interval: the effect, a bound when a route never reached quality, is stated and the verdict is
    "cannot tell" at n = 1).
-2. physically grounded models give smoother, safer policies: ddm and dytr against the
-   transformer on steering rate and jerk, lateral jerk, time off the road (lower is better) and
+2. physically grounded models give smoother, safer policies: the grounded families (ddm, dytr)
+   against the black-box one (the transformer; s3.catalog says which is which) on steering rate and jerk, lateral jerk, time off the road (lower is better) and
    minimum edge margin (higher is better); per run over the suite and both conditions, the
    difference of the seed means with a two-level bootstrap interval (each policy's seeds
    resampled, then their runs).
 3. predictive accuracy predicts policy quality: Spearman rho of (ADE 2 s, quality) over models
-   (the families and the graded-accuracy variants), p by permuting models (exact; s3.evaluate.stats
+   (the families and the graded-accuracy variants), p by permuting models (exact; s3.report.stats
    .model_correlation), interval by a paired bootstrap over models (descriptive). Claimed direction:
    negative (lower error, better policy); the verdict is the same rule read from the test: holds
    when p < 0.05 with rho < 0, does not hold when p < 0.05 with rho > 0, cannot tell otherwise.
@@ -34,9 +34,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from s3.evaluate.report_inputs import get, num
-from s3.evaluate.stats import Interval, difference_bootstrap, model_correlation, verdict
+from s3.catalog import BLACK_BOX, DIRECT, GROUNDED
+from s3.evaluate.intervals import Interval, difference_bootstrap
 from s3.evaluate.suite import groups
+from s3.report.inputs import get, num
+from s3.report.stats import model_correlation, verdict
 
 SMOOTHNESS = (
     ("mean_abs_steering_rate", -1),
@@ -45,8 +47,6 @@ SMOOTHNESS = (
     ("time_off_track_s", -1),
     ("min_edge_margin_m", +1),
 )
-GROUNDED = ("ddm", "dytr")
-BLACK_BOX = "transformer"
 HEADLINE_ERROR = "ade_2s_all"
 Z95 = 1.959964
 
@@ -89,13 +89,12 @@ def _row(
 
 
 def smoothness(evals: Mapping[str, Mapping[str, Any] | None]) -> list[dict[str, Any]]:
-    """Claim 2, one row per (grounded family, metric)."""
+    """Claim 2, one row per (grounded family, black-box family, metric): s3.catalog says which is which."""
     out = []
-    base = evals.get(BLACK_BOX)
-    for fam in GROUNDED:
-        ev = evals.get(fam)
+    for fam, black_box in ((f, b) for f in GROUNDED for b in BLACK_BOX):
+        ev, base = evals.get(fam), evals.get(black_box)
         for metric, direction in SMOOTHNESS:
-            statement = f"{fam} vs {BLACK_BOX}: {metric} {'lower' if direction < 0 else 'higher'}"
+            statement = f"{fam} vs {black_box}: {metric} {'lower' if direction < 0 else 'higher'}"
             if not _runs(ev) or not _runs(base):
                 out.append(_row("2 smoother, safer", statement, direction, None, "—", status="not run"))
                 continue
@@ -221,8 +220,8 @@ def efficiency_claim(ttq: Mapping[str, Any] | None) -> dict[str, Any]:
     detail: dict[str, Any] = {"distilled_policy": get(ttq, "distilled_best", "policy")}
     for suffix, label in (("_s", "measured"), ("_real_time_s", "real_time")):
         d, bound_d = (
-            num(get(ttq, "direct", f"t_to_quality{suffix}")),
-            num(get(ttq, "direct", f"not_reached_within{suffix}")),
+            num(get(ttq, DIRECT, f"t_to_quality{suffix}")),
+            num(get(ttq, DIRECT, f"not_reached_within{suffix}")),
         )
         b, bound_b = (
             num(get(ttq, "distilled_best", f"t_to_quality{suffix}")),

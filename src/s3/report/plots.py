@@ -13,6 +13,7 @@ from typing import Any
 
 from matplotlib.axes import Axes
 
+from s3.catalog import POLICIES
 from s3.viz.track_plot import new_figure, save_figure
 
 # (error metric in the report rows, condition, policy quantity, y label), row by row
@@ -30,19 +31,19 @@ X_LABELS = {
     "probe_3s_ice": "manoeuvre probes on ice, error at 3 s (m)",
     "probe_3s_asphalt": "manoeuvre probes on asphalt, error at 3 s (m)",
 }
-COLORS = {
-    "bicycle": "tab:blue",
-    "ddm": "tab:orange",
-    "transformer": "tab:green",
-    "dytr": "tab:red",
-    "oracle": "tab:purple",
-}
-REFERENCES = {
-    "pid": ("0.3", "--"),
-    "pid_blind": ("0.55", ":"),
-    "pid_cautious": ("0.45", "-."),
-    "direct": ("tab:brown", "-."),
-}
+POINT_COLOUR, REFERENCE_STYLE = "0.2", ("0.7", "--")  # a policy the catalog does not know (or draws the other way)
+
+
+def _point_colour(name: str) -> str:
+    """The colour of a policy drawn as a point (s3.catalog: one with a dynamics model)."""
+    p = POLICIES.get(name)
+    return p.colour if p is not None and p.line is None else POINT_COLOUR
+
+
+def _reference_style(name: str) -> tuple[str, str]:
+    """(colour, line style) of a policy drawn as a horizontal reference line (s3.catalog: one without a model)."""
+    p = POLICIES.get(name)
+    return (p.colour, p.line) if p is not None and p.line is not None else REFERENCE_STYLE
 
 
 def _panel(ax: Axes, rows: Mapping[str, Mapping[str, Any]], error: str, cond: str, quantity: str, ylabel: str) -> None:
@@ -51,14 +52,14 @@ def _panel(ax: Axes, rows: Mapping[str, Mapping[str, Any]], error: str, cond: st
     for name, r in rows.items():
         x, y = r["prediction"].get(error), r["policy"][cond].get(quantity)
         if r["kind"] == "baseline" and y is not None:
-            color, style = REFERENCES.get(name, ("0.7", "--"))
+            color, style = _reference_style(name)
             ax.axhline(y, color=color, ls=style, lw=1.0)
             ax.annotate(
                 name, (0.99, y), xycoords=("axes fraction", "data"), fontsize=7, color=color, va="bottom", ha="right"
             )
         elif x is not None and y is not None:
             hollow = r["kind"] != "family"
-            color = COLORS.get(name, "0.2")
+            color = _point_colour(name)
             ax.scatter([x], [y], s=55, color="none" if hollow else color, edgecolors=color, zorder=3)
             ax.annotate(name, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8, color=color)
             shown += 1

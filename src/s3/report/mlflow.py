@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from s3.evaluate.report_inputs import num
+from s3.catalog import DIRECT
+from s3.report.inputs import num
 
 
 def _numbers(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def log_report_mlflow(report: Mapping[str, Any], artifacts: Iterable[Path] = ())
     parent = {
         "correlation": {k: v for k, v in report["correlation"].items() if isinstance(v, Mapping)},
         "collect": eff["collect"],
-        "direct": eff["direct"],
+        DIRECT: eff[DIRECT],
         "baselines": {n: {"policy": r["policy"]} for n, r in report["rows"].items() if r["kind"] == "baseline"},
     }
     ids["_pipeline"] = log_stage_safely("report", None, None, _numbers(parent), artifacts)

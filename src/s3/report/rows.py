@@ -3,7 +3,7 @@
     policy_row(name, kind, distill, ev, train, prediction_from) -> the row dict of metrics/report.json
 
 reads one policy's metrics/distill (its model's), metrics/eval and metrics/train dicts; every
-value that was not measured is None. The quality rank is left None here (s3.evaluate.report_ranks
+value that was not measured is None. The quality rank is left None here (s3.report.ranks
 ranks the families against each other).
 """
 
@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from s3.evaluate.report_inputs import BASELINES, get, num
+from s3.catalog import BASELINE, FAMILY, ORACLE, ORACLE_KIND
+from s3.report.inputs import BASELINES, get, num
 
 CONDITIONS = ("nominal", "ice")
 ERROR_METRICS = ("ade_1s_all", "ade_2s_all", "ade_1s_ice", "ade_2s_ice")
@@ -59,8 +60,8 @@ PRECISION = 0.1  # the half-width of a lap-share interval that `seeds_for_lap_sh
 
 def _seeds_for(ev: Mapping[str, Any] | None, cond: str, half_width: float) -> int | None:
     """Seeds at which this policy's observed seed-to-seed spread of lap share would give a 95 % interval of
-    +- half_width (s3.evaluate.stats.seeds_needed; None with fewer than 2 seeds)."""
-    from s3.evaluate.stats import seeds_needed
+    +- half_width (s3.report.stats.seeds_needed; None with fewer than 2 seeds)."""
+    from s3.report.stats import seeds_needed
 
     seeds = get(ev, "by_seed") or {}
     return (
@@ -125,10 +126,12 @@ def policy_row(
 def policy_kind(name: str, families: list[str], models: Mapping[str, str]) -> str:
     """family, oracle, policy (trained in a model), baseline, or other."""
     if name in families:
-        return "family"
-    if name == "oracle" or name in models:
-        return "oracle" if name == "oracle" else "policy"
-    return "baseline" if name in BASELINES else "other"
+        return FAMILY
+    if name == ORACLE:
+        return ORACLE_KIND
+    if name in models:
+        return "policy"
+    return BASELINE if name in BASELINES else "other"
 
 
 def prediction_source(

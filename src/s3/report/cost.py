@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from s3.evaluate.report_inputs import get, num
+from s3.report.inputs import get, num
 from s3.sim.backends import BACKENDS
 
 DASH = "—"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def test_status_lines_come_at_most_once_per_interval_and_once_at_the_end() -> No
         if len(lines(out)) > written[-1][1]:
             written.append((clock.t, len(lines(out))))
     times = [t for t, _ in written]
-    assert all(b - a >= 30.0 for a, b in zip(times, times[1:]))
+    assert all(b - a >= 30.0 for a, b in itertools.pairwise(times))
     assert len(times) == 1 + int(140 // 30)  # 140 s of work: lines at 0, 30.1, 60.2, 90.3, 120.4
     p.close()
     p.close()

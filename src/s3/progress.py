@@ -1,7 +1,7 @@
 """Progress a user sees: a bar on a terminal, otherwise one status line at most every 30 s.
 
-    with progress("collect", total=46, unit="shards") as p:
-        p.skip(3)            # done by an earlier run: counted, left out of the rate
+    with progress("collect", total=46, unit="shards", earlier=3) as p:  # 3 done by an earlier run
+        p.skip(2)            # 2 more found done: counted, left out of the rate
         p.advance()          # one more done now
         p.note("seed 1")     # a short note shown with the count
     advance(n, "env steps")  # from code below the stage, even in a worker process (see "Other processes")
@@ -98,7 +98,7 @@ def status_line(
     if total:
         count += f" ({100 * min(done / total, 1.0):.0f}%)"
     parts = [f"{stage}: {count}"]
-    if rate:
+    if rate and unit != "s":  # seconds of a wall-clock budget: no rate
         parts.append(rate_text(rate, unit))
     parts.append(f"{duration(elapsed)} elapsed")
     if rate and total:
@@ -110,7 +110,7 @@ def status_line(
 def end_line(stage: str, done: float, total: float | None, unit: str, elapsed: float, rate: float | None) -> str:
     """The last line: what was done in how long."""
     count = f"{number(done)}/{number(total)}" if total else number(done)
-    speed = f" ({rate_text(rate, unit)})" if rate else ""
+    speed = f" ({rate_text(rate, unit)})" if rate and unit != "s" else ""
     return f"[progress] {stage}: done {count} {unit} in {duration(elapsed)}{speed}"
 
 
@@ -120,7 +120,8 @@ class Progress:
     `stream` (default stderr) and `clock` (default time.monotonic) are injectable; `tty` (default:
     whether `stream` is a terminal) chooses the bar; `interval` defaults to S3_PROGRESS_INTERVAL.
     `heartbeat` (default: only with the real clock) runs the thread that writes lines while nothing
-    is fed. Thread-safe."""
+    is fed; `earlier`: units done before the start (as `skip`, in the first line already); `follow`:
+    done is what it returns whenever a line is written (a wall-clock budget: its seconds so far). Thread-safe."""
 
     def __init__(
         self,
@@ -134,6 +135,8 @@ class Progress:
         tty: bool | None = None,
         heartbeat: bool | None = None,
         enabled: bool | None = None,
+        earlier: float = 0.0,
+        follow: Callable[[], float] | None = None,
     ) -> None:
         self.stage, self.total, self.unit = stage, (float(total) if total else None), unit
         self.stream = stream if stream is not None else sys.stderr
@@ -144,9 +147,10 @@ class Progress:
             isatty = getattr(self.stream, "isatty", None)
             tty = bool(isatty and isatty())
         self.tty = tty
-        self.done = 0.0  # fed in this process (advance, skip, set)
-        self.earlier = 0.0  # of which done before the start (skip): not in the rate
+        self.done = float(earlier)  # fed in this process (advance, skip, set)
+        self.earlier = float(earlier)  # of which done before the start (skip): not in the rate
         self.shared: Callable[[], tuple[float, float]] | None = None  # (done, earlier) of worker processes
+        self.follow = follow
         self.text = ""
         self.t0 = self.clock()
         self.last_line: float | None = None
@@ -207,7 +211,7 @@ class Progress:
     # ------------------------------------------------------------------ reading
     def counts(self) -> tuple[float, float]:
         """(done, earlier): this process's and the worker processes'."""
-        done, earlier = self.done, self.earlier
+        done, earlier = (self.follow() if self.follow is not None else self.done), self.earlier
         if self.shared is not None:
             d, e = self.shared()
             done, earlier = done + d, earlier + e
@@ -262,10 +266,10 @@ class Progress:
     def _draw(self, now: float) -> None:
         done, _ = self.counts()
         rate = self.rate(now)
-        left = f", about {duration(max((self.total or 0) - done, 0) / rate)} left" if rate and self.total else ""
-        speed = rate_text(rate, self.unit) if rate else "starting"
+        left = f"about {duration(max((self.total or 0) - done, 0) / rate)} left" if rate and self.total else ""
+        speed = (rate_text(rate, self.unit) if self.unit != "s" else "") if rate else "starting"
         self._bar.n = done  # type: ignore[union-attr]
-        self._bar.set_postfix_str(speed + left + (f", {self.text}" if self.text else ""), refresh=False)  # type: ignore[union-attr]
+        self._bar.set_postfix_str(", ".join(x for x in (speed, left, self.text) if x), refresh=False)  # type: ignore[union-attr]
         self._bar.refresh()  # type: ignore[union-attr]
 
     def _write(self, text: str) -> None:

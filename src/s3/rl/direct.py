@@ -55,6 +55,7 @@ import torch
 from s3 import __version__
 from s3.io import json_safe, write_json_atomic
 from s3.platform.tracking import Run
+from s3.progress import progress
 from s3.rl.checkpoints import add_checkpoint, clear
 from s3.rl.export import as_callable, deployable, save_policy
 from s3.rl.loop import Hooks, PPOTrainer, WallClockBudget, train_loop
@@ -199,7 +200,8 @@ def train_direct(
     np.random.seed(tp.seed)
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if tp.progress_bar else (lambda msg: None)
     try:
-        return _train_direct(params, Path(out_dir), plots_dir, metrics_dir, clock, run, say)
+        with progress(f"train {NAME}", clock.budget_s, "s", follow=lambda: clock.elapsed):  # the wall-clock budget
+            return _train_direct(params, Path(out_dir), plots_dir, metrics_dir, clock, run, say)
     finally:
         if run is not None:
             run.flush()

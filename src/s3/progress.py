@@ -165,14 +165,10 @@ class Progress:
             self._bar = tqdm(
                 total=self.total,
                 desc=stage,
-                unit=unit,
                 file=self.stream,
                 dynamic_ncols=True,
                 leave=True,
-                unit_scale=True,
-                bar_format=("{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} " + unit + "{postfix}")
-                if self.total
-                else None,
+                bar_format=self._format(),
             )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -263,14 +259,22 @@ class Progress:
                 self._write(end_line(self.stage, done, self.total, self.unit, now - self.t0, self.rate(now)))
             self.closed = True
 
-    def _draw(self, now: float) -> None:
+    def _format(self, now: float | None = None) -> str:
+        """The bar's line: tqdm draws the share and the bar; the counts, rate and time left are ours."""
         done, _ = self.counts()
         rate = self.rate(now)
+        count = f"{number(done)}/{number(self.total)} {self.unit}" if self.total else f"{number(done)} {self.unit}"
         left = f"about {duration(max((self.total or 0) - done, 0) / rate)} left" if rate and self.total else ""
-        speed = (rate_text(rate, self.unit) if self.unit != "s" else "") if rate else "starting"
-        self._bar.n = done  # type: ignore[union-attr]
-        self._bar.set_postfix_str(", ".join(x for x in (speed, left, self.text) if x), refresh=False)  # type: ignore[union-attr]
-        self._bar.refresh()  # type: ignore[union-attr]
+        speed = (rate_text(rate, self.unit) if self.unit != "s" else "") if rate else ""
+        text = ", ".join(x for x in (count, speed, left, self.text) if x).replace("{", "{{").replace("}", "}}")
+        return ("{desc}: {percentage:3.0f}%|{bar}| " if self.total else "{desc}: ") + text
+
+    def _draw(self, now: float) -> None:
+        bar = self._bar
+        assert bar is not None
+        bar.n = min(self.counts()[0], self.total) if self.total else self.counts()[0]
+        bar.bar_format = self._format(now)
+        bar.refresh()
 
     def _write(self, text: str) -> None:
         try:

@@ -64,8 +64,11 @@ def test_a_line_shows_done_total_rate_and_time_left() -> None:
     assert lines(out)[-1].endswith("(seed 1)")
     clock.t = 240.0
     p.advance(4_500_000)
+    clock.t = 300.0  # the counted work is done; the rest (validation, export) is not counted
+    p.tick()
+    assert "6.00M/6.00M env steps (100%), 25.0k env steps/s, 5 min 00 s elapsed, finishing" in lines(out)[-1]
     p.close()
-    assert lines(out)[-1] == "[progress] train ddm: done 6.00M/6.00M env steps in 4 min 00 s (25.0k env steps/s)"
+    assert lines(out)[-1] == "[progress] train ddm: done 6.00M/6.00M env steps in 5 min 00 s (25.0k env steps/s)"
 
 
 def test_slow_rates_read_per_minute_and_skipped_work_is_not_in_the_rate() -> None:

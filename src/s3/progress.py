@@ -101,7 +101,9 @@ def status_line(
     if rate and unit != "s":  # seconds of a wall-clock budget: no rate
         parts.append(rate_text(rate, unit))
     parts.append(f"{duration(elapsed)} elapsed")
-    if rate and total:
+    if total and done >= total:
+        parts.append("finishing")  # the counted work is done; what follows it (validation, writing) is not counted
+    elif rate and total:
         parts.append(f"about {duration(max(total - done, 0) / rate)} left")
     text = ", ".join(parts)
     return f"[progress] {text}" + (f" ({note})" if note else "")
@@ -154,6 +156,7 @@ class Progress:
         self.text = ""
         self.t0 = self.clock()
         self.last_line: float | None = None
+        self.t_full: float | None = None  # when done first reached the total
         self.last_bar = -1e18
         self.closed = False
         self.lines = 0
@@ -214,9 +217,14 @@ class Progress:
         return done, earlier
 
     def rate(self, now: float | None = None) -> float | None:
-        """Units per second since the start, without the earlier ones (None before any time passed)."""
+        """Units per second since the start, without the earlier ones (None before any time passed); once
+        the total is reached, the rate up to then."""
         done, earlier = self.counts()
-        elapsed = (self.clock() if now is None else now) - self.t0
+        now = self.clock() if now is None else now
+        if self.total and done >= self.total:
+            self.t_full = now if self.t_full is None else self.t_full
+            now = self.t_full
+        elapsed = now - self.t0
         return (done - earlier) / elapsed if elapsed > 0 and done > earlier else None
 
     def line(self) -> str:
@@ -265,6 +273,7 @@ class Progress:
         rate = self.rate(now)
         count = f"{number(done)}/{number(self.total)} {self.unit}" if self.total else f"{number(done)} {self.unit}"
         left = f"about {duration(max((self.total or 0) - done, 0) / rate)} left" if rate and self.total else ""
+        left = "finishing" if self.total and done >= self.total else left
         speed = (rate_text(rate, self.unit) if self.unit != "s" else "") if rate else ""
         text = ", ".join(x for x in (count, speed, left, self.text) if x).replace("{", "{{").replace("}", "}}")
         return ("{desc}: {percentage:3.0f}%|{bar}| " if self.total else "{desc}: ") + text

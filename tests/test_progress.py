@@ -149,3 +149,14 @@ def test_worker_processes_feed_a_sharing_progress() -> None:
             subprocess.run([sys.executable, "-c", code], env={**env, prog.SHARE_ENV: folder}, check=True)
         assert p.counts() == (16.0, 6.0)
     assert prog.SHARE_ENV not in os.environ and not Path(folder).exists()
+
+
+def test_a_wall_clock_budget_follows_its_clock_in_whole_seconds() -> None:
+    clock, out = Clock(), io.StringIO()
+    p = Progress("train direct", 900, "s", stream=out, clock=clock, tty=False, follow=lambda: clock.t + 5.3)
+    clock.t = 60.0
+    p.tick()
+    assert lines(out)[-1] == "[progress] train direct: 65/900 s (7%), 1 min 00 s elapsed, about 13 min 55 s left"
+    clock.t = 890.0
+    p.close()
+    assert lines(out)[-1] == "[progress] train direct: done 895/900 s in 14 min 50 s"

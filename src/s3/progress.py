@@ -45,7 +45,8 @@ INTERVAL_ENV = "S3_PROGRESS_INTERVAL"
 ENABLED_ENV = "S3_PROGRESS"
 SHARE_ENV = "S3_PROGRESS_SHARE"
 DEFAULT_INTERVAL = 30.0
-BAR_REFRESH_S = 0.5  # a bar is redrawn at most this often
+BAR_REFRESH_S = 0.5
+SECONDS = "s"  # the unit of a wall-clock budget  # a bar is redrawn at most this often
 
 _open: list[Progress] = []  # this process's open progresses, innermost last
 _fed: dict[tuple[str, str], list[float]] = {}  # a worker's running [done, earlier] per (share folder, unit)
@@ -90,30 +91,36 @@ def rate_text(rate: float, unit: str) -> str:
     return f"{number(rate * 60)} {unit}/min"
 
 
+def parts(done: float, total: float | None, unit: str, rate: float | None) -> tuple[str, str, str]:
+    """(count, rate, time left) as a line shows them. A progress in seconds (a wall-clock budget)
+    shows whole seconds and no rate, and its time left is what is left of the budget."""
+    show = (lambda v: f"{v:.0f}") if unit == SECONDS else number
+    count = f"{show(done)}/{show(total)} {unit}" if total else f"{show(done)} {unit}"
+    speed = rate_text(rate, unit) if rate and unit != SECONDS else ""
+    left = ""
+    if total and done >= total:
+        left = "finishing"  # the counted work is done; what follows it (validation, writing) is not counted
+    elif total and unit == SECONDS:
+        left = f"about {duration(total - done)} left"
+    elif total and rate:
+        left = f"about {duration((total - done) / rate)} left"
+    return count, speed, left
+
+
 def status_line(
     stage: str, done: float, total: float | None, unit: str, elapsed: float, rate: float | None, note: str = ""
 ) -> str:
-    """One status line: stage, done/total (share), rate, elapsed, time left (when the rate is known)."""
-    count = f"{number(done)}/{number(total)} {unit}" if total else f"{number(done)} {unit}"
-    if total:
-        count += f" ({100 * min(done / total, 1.0):.0f}%)"
-    parts = [f"{stage}: {count}"]
-    if rate and unit != "s":  # seconds of a wall-clock budget: no rate
-        parts.append(rate_text(rate, unit))
-    parts.append(f"{duration(elapsed)} elapsed")
-    if total and done >= total:
-        parts.append("finishing")  # the counted work is done; what follows it (validation, writing) is not counted
-    elif rate and total:
-        parts.append(f"about {duration(max(total - done, 0) / rate)} left")
-    text = ", ".join(parts)
+    """One status line: stage, done/total (share), rate, elapsed, time left (module docstring)."""
+    count, speed, left = parts(done, total, unit, rate)
+    share = f" ({100 * min(done / total, 1.0):.0f}%)" if total else ""
+    text = ", ".join(x for x in (f"{stage}: {count}{share}", speed, f"{duration(elapsed)} elapsed", left) if x)
     return f"[progress] {text}" + (f" ({note})" if note else "")
 
 
 def end_line(stage: str, done: float, total: float | None, unit: str, elapsed: float, rate: float | None) -> str:
     """The last line: what was done in how long."""
-    count = f"{number(done)}/{number(total)}" if total else number(done)
-    speed = f" ({rate_text(rate, unit)})" if rate and unit != "s" else ""
-    return f"[progress] {stage}: done {count} {unit} in {duration(elapsed)}{speed}"
+    count, speed, _ = parts(done, total, unit, rate)
+    return f"[progress] {stage}: done {count} in {duration(elapsed)}" + (f" ({speed})" if speed else "")
 
 
 class Progress:
@@ -269,12 +276,7 @@ class Progress:
 
     def _format(self, now: float | None = None) -> str:
         """The bar's line: tqdm draws the share and the bar; the counts, rate and time left are ours."""
-        done, _ = self.counts()
-        rate = self.rate(now)
-        count = f"{number(done)}/{number(self.total)} {self.unit}" if self.total else f"{number(done)} {self.unit}"
-        left = f"about {duration(max((self.total or 0) - done, 0) / rate)} left" if rate and self.total else ""
-        left = "finishing" if self.total and done >= self.total else left
-        speed = (rate_text(rate, self.unit) if self.unit != "s" else "") if rate else ""
+        count, speed, left = parts(self.counts()[0], self.total, self.unit, self.rate(now))
         text = ", ".join(x for x in (count, speed, left, self.text) if x).replace("{", "{{").replace("}", "}}")
         return ("{desc}: {percentage:3.0f}%|{bar}| " if self.total else "{desc}: ") + text
 

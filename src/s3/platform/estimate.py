@@ -86,14 +86,17 @@ def stages_to_run(root: Path) -> list[str]:
     with Repo(str(root)) as repo:
         changed = set(repo.status())
         graph = repo.index.graph  # an edge points from a stage to a stage it depends on
-        order = list(reversed(list(nx.topological_sort(graph))))
+        listed = {s: i for i, s in enumerate(graph.nodes)}  # dvc.yaml's order
+        order = list(reversed(list(nx.lexicographical_topological_sort(graph, key=lambda s: -listed[s]))))
         run = {s for s in graph.nodes if s.addressing in changed}
         for s in list(run):
             run |= nx.ancestors(graph, s)
         return [s.addressing for s in order if s in run]
 
 
-def forecast(stages: list[str], recorded: dict[str, float], factor: float, unscaled: set[str]) -> dict[str, float | None]:
+def forecast(
+    stages: list[str], recorded: dict[str, float], factor: float, unscaled: set[str]
+) -> dict[str, float | None]:
     """Minutes per stage here (None: no recorded time for it or its siblings)."""
     out: dict[str, float | None] = {}
     for name in stages:
@@ -120,15 +123,20 @@ def report(root: Path = Path("."), probe_s: float = 1.5) -> list[str]:
     times = forecast(stages, recorded, factor, set(ref.get("unscaled", [])))
     known = [v for v in times.values() if v is not None]
     unknown = [k for k, v in times.items() if v is None]
+    fixed = ", ".join(sorted(set(ref.get("unscaled", [])) & set(stages)))
     head = (
-        f"make run: {len(stages)} stage(s) to run, about {_duration(sum(known))} on this machine "
-        f"(an estimate: the stage times of {ref['run_log']} ({ref['machine']}) x {factor:.2f} from a "
-        f"{2 * probe_s:.0f}-s speed probe here; {', '.join(sorted(ref.get('unscaled', [])))} is a fixed wall-clock budget"
+        f"make run: {len(stages)} stage(s) to run, about {_duration(sum(known))} on this machine (an estimate: the "
+        f"stage times of {ref['run_log']} on {ref['machine']}, x {factor:.2f} from a {2 * probe_s:.0f}-s speed probe here"
+        + (f"; {fixed}: a fixed wall-clock budget" if fixed else "")
         + (f"; no recorded time for {', '.join(unknown)}" if unknown else "")
         + ")"
     )
     plan = "  " + ", ".join(f"{k} {'?' if v is None else f'{v:.0f}' if v >= 1 else '<1'}" for k, v in times.items())
-    return [head, plan + " (minutes)", "  each stage shows its progress on stderr: a bar on a terminal, a line every 30 s otherwise"]
+    return [
+        head,
+        plan + " (minutes)",
+        "  each stage shows its progress on stderr: a bar on a terminal, a line every 30 s otherwise",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,12 +9,13 @@
 Where it goes: stderr only (stdout may carry data, e.g. `--json`). When stderr is a terminal, a tqdm
 bar; otherwise (DVC's output piped into a log, CI) one status line
 
-    [progress] collect: 12/46 shards (26%), 0.21 shards/s, 57 s elapsed, about 2 min 40 s left
+    [progress] collect: 12/40 shards (30%), 24.0 shards/min, 30 s elapsed, about 1 min 10 s left
 
 when the work starts, at most one per `interval` while it goes on, and one when it ends (`done ...`).
 A background thread keeps the lines coming while nothing finishes (a long job still shows life), so
 a stage shows one line about every `interval`. The rate counts only the work done since the start
-(not `skip`); time left = what is left / the rate.
+(not `earlier` or `skip`); time left = what is left / the rate. Once the total is reached the line
+says "finishing" (what follows the counted work, e.g. validation and export, is not counted).
 
 Settings (environment): S3_PROGRESS_INTERVAL (seconds between status lines, default 30),
 S3_PROGRESS=0 (nothing at all). Tests inject the clock and the stream (`Progress(...)`): with an
@@ -33,20 +34,21 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 INTERVAL_ENV = "S3_PROGRESS_INTERVAL"
 ENABLED_ENV = "S3_PROGRESS"
 SHARE_ENV = "S3_PROGRESS_SHARE"
 DEFAULT_INTERVAL = 30.0
-BAR_REFRESH_S = 0.5
-SECONDS = "s"  # the unit of a wall-clock budget  # a bar is redrawn at most this often
+BAR_REFRESH_S = 0.5  # a bar is redrawn at most this often
+SECONDS = "s"  # the unit of a wall-clock budget
 
 _open: list[Progress] = []  # this process's open progresses, innermost last
 _fed: dict[tuple[str, str], list[float]] = {}  # a worker's running [done, earlier] per (share folder, unit)
@@ -301,7 +303,9 @@ class Progress:
 
 
 @contextlib.contextmanager
-def progress(stage: str, total: float | None, unit: str = "items", *, share: bool = False, **kw) -> Iterator[Progress]:
+def progress(
+    stage: str, total: float | None, unit: str = "items", *, share: bool = False, **kw: Any
+) -> Iterator[Progress]:
     """A Progress for the `with` block (module docstring); `share`: also count what worker processes
     started inside the block feed with `advance`. Keyword arguments go to Progress."""
     p = Progress(stage, total, unit, **kw)
@@ -322,9 +326,7 @@ def progress(stage: str, total: float | None, unit: str = "items", *, share: boo
                 os.environ[SHARE_ENV] = old
         p.close()
         if folder is not None:
-            for f in Path(folder).iterdir():
-                f.unlink(missing_ok=True)
-            os.rmdir(folder)
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _slug(unit: str) -> str:
@@ -337,7 +339,10 @@ def advance(n: float, unit: str, earlier: bool = False) -> None:
     process that started this one (module docstring), else nobody."""
     for p in reversed(_open):
         if p.unit == unit:
-            p.skip(n) if earlier else p.advance(n)
+            if earlier:
+                p.skip(n)
+            else:
+                p.advance(n)
             return
     folder = os.environ.get(SHARE_ENV)
     if not folder or not os.path.isdir(folder):

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import s3
 from s3 import progress as prog
 from s3.progress import Progress, advance, progress
@@ -160,3 +162,23 @@ def test_a_wall_clock_budget_follows_its_clock_in_whole_seconds() -> None:
     clock.t = 890.0
     p.close()
     assert lines(out)[-1] == "[progress] train direct: done 895/900 s in 14 min 50 s"
+
+
+def feed_env_steps(n: int) -> int:
+    """A job that feeds n env steps to the stage's progress, as a PPO seed does (s3.rl.loop)."""
+    advance(n, "env steps")
+    return n
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_executor_counts_finished_jobs_and_its_workers_feed_a_sharing_progress(workers: int, capfd) -> None:
+    from s3.compute.executor import Job, LocalExecutor
+
+    jobs = [Job(f"seed {k}", feed_env_steps, (100 * (k + 1),)) for k in range(3)]
+    with progress("train ddm", 600, "env steps", share=True, clock=Clock()) as p:
+        out = LocalExecutor(workers, label="train ddm", progress="seeds").run(jobs)
+        assert p.counts() == (600.0, 0.0)  # fed from this process (workers == 1) or from the pool's workers
+    assert [o.value for o in out] == [100, 200, 300]
+    err = capfd.readouterr().err
+    assert "[progress] train ddm: done 3/3 seeds" in err
+    assert "[progress] train ddm: done 600/600 env steps" in err

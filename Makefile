@@ -16,7 +16,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# First the stages to run and an estimate of how long they take here (s3.platform.estimate; it never
+# stops the run); each stage then shows its progress on stderr (s3.progress).
 run: install  ## the main job: the whole pipeline on default params (dvc repro; re-runs only what changed)
+	-PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m s3.platform.estimate
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
 
 test: install  ## everything but the `slow` tests, plus one end-to-end quick pipeline (tests/test_pipeline.py)

@@ -443,15 +443,16 @@ def test_a_job_whose_node_left_reruns_on_another_instance_or_stops_the_stage(
 ) -> None:
     """A node that dies takes its instance resource (or the only GPU) with it, and Ray would keep a job
     asking for it queued for ever: the executor sees that no live node can hold it."""
+    import s3.compute.ray_cluster as rc
     import s3.compute.ray_executor as rx
 
     a, b = INSTANCES
-    real = rx.per_node
+    real = rc.per_node
     monkeypatch.setattr(rx, "STRANDED_CHECK_S", 0.5)
     ex = RayExecutor(RAY, "collect", instances=INSTANCES)
     gone = rx.instance_resource(b)
     monkeypatch.setattr(
-        rx, "per_node", lambda ray, free=False: [{k: v for k, v in n.items() if k != gone} for n in real(ray, free)]
+        rc, "per_node", lambda ray, free=False: [{k: v for k, v in n.items() if k != gone} for n in real(ray, free)]
     )  # b's node left
     t0 = time.monotonic()
     out = ex.run([Job(f"e{k}", instance_or_sleep, (str(tmp_path), f"e{k}", b)) for k in range(4)])
@@ -466,10 +467,10 @@ def test_a_job_whose_node_left_reruns_on_another_instance_or_stops_the_stage(
     # a GPU job when the only GPU node has left: it would wait for ever; the stage stops, naming the key
     gpu = RAY.model_copy(update={"resources": RAY.resources.model_copy(update={"train": JobResources(num_gpus=1)})})
     monkeypatch.setattr(
-        rx, "per_node", lambda ray, free=False: [{**n, "GPU": 1.0} for n in real(ray, free)]
+        rc, "per_node", lambda ray, free=False: [{**n, "GPU": 1.0} for n in real(ray, free)]
     )  # a GPU node, at the start
     ex = RayExecutor(gpu, "train")
-    monkeypatch.setattr(rx, "per_node", real)  # ... gone: this instance has no GPU, so Ray queues the job as infeasible
+    monkeypatch.setattr(rc, "per_node", real)  # ... gone: this instance has no GPU, so Ray queues the job as infeasible
     t0 = time.monotonic()
     with pytest.raises(
         RayUnavailable, match=r"^compute\.resources\.train: s0 asks 1 CPUs and 1 GPUs on one node, and no live node"
@@ -524,7 +525,7 @@ def test_a_job_sees_a_gpu_only_when_it_asks_for_one(tmp_path: Path) -> None:
 
 def test_a_job_needs_one_node_with_all_it_asks(monkeypatch: pytest.MonkeyPatch) -> None:
     """CPUs on one node and a GPU on another do not make a node with both; an instance's node must hold the job too."""
-    import s3.compute.ray_executor as rx
+    import s3.compute.ray_cluster as rx
 
     nodes = [{"CPU": 16.0}, {"CPU": 4.0, "GPU": 1.0}, {"CPU": 1.0, rx.instance_resource("10.0.0.5:64256"): 1.0}]
     monkeypatch.setattr(rx, "per_node", lambda ray, free=False: nodes)

@@ -46,7 +46,9 @@ def _table_console() -> Console:
 
 ParamsPath = Annotated[Path, typer.Option("--params", "-p", help="params file")]
 Overrides = Annotated[list[str] | None, typer.Option("--set", help="override, e.g. --set collect.episodes=10")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]
+Quiet = Annotated[
+    bool, typer.Option("--quiet", "-q", help="no per-item detail (chunk lines, Lightning logs); progress still shows")
+]
 
 
 def _known_errors() -> tuple[type[Exception], ...]:

@@ -25,17 +25,17 @@ def executor_for(
     preload: Sequence[str] = (),
     label: str = "s3",
     instances: Sequence[str] = (),
-    progress: bool = False,
+    progress: bool | str = False,
 ) -> Executor:
     """The executor `compute.backend` names, for jobs of `kind` (their Ray resources):
     `workers` and `preload` concern the local pool only (Ray's width is its cluster's resources);
-    `progress`: Ray shows jobs done / total across the cluster (a stage with a bar of its own: False)."""
+    `progress`: show the jobs finished / all, in this unit (a stage with a progress of its own: False)."""
     compute = compute or ComputeParams()
     if compute.backend == "ray":
         from s3.compute.ray_executor import RayExecutor
 
         return RayExecutor(compute, kind, label=label, instances=instances, progress=progress)
-    return LocalExecutor(workers, preload, compute.retry, label, instances)
+    return LocalExecutor(workers, preload, compute.retry, label, instances, progress)
 
 
 def open_sim_pool(

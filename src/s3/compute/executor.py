@@ -11,6 +11,8 @@ Contract (any backend: this local pool, or Ray: s3.compute.ray_executor):
   changes nothing: results do not depend on the backend or the number of workers.
 - Results come back in job order. `on_done(index, outcome)` is called in this process as each
   job finishes (progress, writing outputs); only this process writes into the workspace.
+- Progress: an executor made with `progress` (a unit, e.g. "runs"; True: "jobs") shows the jobs
+  finished / all in this process (s3.progress: a bar on a terminal, a status line every 30 s otherwise).
 - Retries happen here and nowhere else (s3.compute.retry): a job that raises a retriable failure
   (lost simulator) or whose worker process died is re-run; a non-retriable failure stops the
   stage (raised from `run`); a job whose retries are spent is returned as failed (`ok` False),
@@ -38,6 +40,7 @@ job that caused it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sys
@@ -51,6 +54,7 @@ from typing import Any
 
 from s3.compute.params import RetryPolicy
 from s3.compute.retry import WorkerDied, call, describe, fatal, retriable
+from s3.progress import Progress, progress
 from s3.sim.backends import INSTANCE_ENV, LEASE_ENV  # a job's simulator instance and its lease (s3.sim.factory)
 from s3.workers import exit_with_parent, forkserver_context, prestart
 
@@ -88,7 +92,14 @@ class Executor:
 
     shared_fs = True
 
-    def __init__(self, policy: RetryPolicy | None = None, label: str = "s3", instances: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        policy: RetryPolicy | None = None,
+        label: str = "s3",
+        instances: Sequence[str] = (),
+        progress: bool | str = False,
+    ) -> None:
+        self.progress = "jobs" if progress is True else (progress or None)
         self.instances = tuple(instances)
         if len(set(self.instances)) != len(self.instances):
             raise ValueError(f"instances: each instance once (got {list(self.instances)})")
@@ -105,6 +116,10 @@ class Executor:
 
     def run(self, jobs: Sequence[Job], on_done: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
         raise NotImplementedError
+
+    def _counting(self, n: int) -> contextlib.AbstractContextManager[Progress | None]:
+        """The jobs finished / n (module docstring, "Progress"), or nothing when not asked for."""
+        return progress(self.label, n, self.progress) if self.progress and n else contextlib.nullcontext()
 
     def say(self, msg: str) -> None:
         print(f"{self.label}: {msg}", file=sys.stderr, flush=True)
@@ -150,24 +165,28 @@ class LocalExecutor(Executor):
         policy: RetryPolicy | None = None,
         label: str = "s3",
         instances: Sequence[str] = (),
+        progress: bool | str = False,
     ) -> None:
-        super().__init__(policy, label, instances)
+        super().__init__(policy, label, instances, progress)
         self.workers = len(self.instances) if self.instances else max(1, int(workers) or (os.cpu_count() or 1))
         self.preload = tuple(preload)
 
     def run(self, jobs: Sequence[Job], on_done: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
         out: list[Outcome | None] = [None] * len(jobs)
+        with self._counting(len(jobs)) as bar:
 
-        def finish(i: int, o: Outcome) -> None:
-            out[i] = o
-            if on_done is not None:
-                on_done(i, o)
+            def finish(i: int, o: Outcome) -> None:
+                out[i] = o
+                if bar is not None:
+                    bar.advance()
+                if on_done is not None:
+                    on_done(i, o)
 
-        if self.workers == 1:
-            for i, job in enumerate(jobs):
-                finish(i, self._in_process(job))
-        elif jobs:
-            self._in_pool(jobs, finish)
+            if self.workers == 1:
+                for i, job in enumerate(jobs):
+                    finish(i, self._in_process(job))
+            elif jobs:
+                self._in_pool(jobs, finish)
         return [o for o in out if o is not None]
 
     # ------------------------------------------------------------------ in this process

@@ -50,16 +50,17 @@ the cluster's CPU-seconds (job CPUs x seconds / (cluster CPUs x wall)); one line
 
 from __future__ import annotations
 
+import contextlib
 import os
-import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from s3.compute import ray_cluster
 from s3.compute.executor import INSTANCE_ENV, LEASE_ENV, Executor, Job, Outcome
 from s3.compute.params import ComputeParams, JobKind
-from s3.compute.ray_cluster import RayUnavailable, check_fits, connect, fits, instance_resource, per_node
+from s3.compute.ray_cluster import RayUnavailable, check_fits, connect, fits, instance_resource
 from s3.compute.retry import WorkerDied, retriable
 from s3.sim.base import SimulatorUnreachable
 
@@ -99,13 +100,12 @@ class RayExecutor(Executor):
         kind: JobKind,
         label: str = "s3",
         instances: Sequence[str] = (),
-        progress: bool = False,
+        progress: bool | str = False,
     ) -> None:
-        super().__init__(compute.retry, label, instances)
+        super().__init__(compute.retry, label, instances, progress)
         self.ray = connect(compute, self.instances)
         self.key, self.resources = f"compute.resources.{kind}", getattr(compute.resources, kind)
         check_fits(self.ray, self.key, self.resources, self.instances)
-        self.progress = progress
         gpu = self.resources.num_gpus > 0
         self.remote = self.ray.remote(max_retries=0, **({"max_calls": 1} if gpu else {}))(_in_ray_worker)
         self.options: dict[str, Any] = {"num_cpus": self.resources.num_cpus, "num_gpus": self.resources.num_gpus}
@@ -120,7 +120,7 @@ class RayExecutor(Executor):
 
     def _stranded(self, running: dict[Any, tuple[int, str | None]]) -> list[Any]:
         """The running (or queued) tasks that no live node of the cluster can hold any more."""
-        nodes = per_node(self.ray)
+        nodes = ray_cluster.per_node(self.ray)
         return [ref for ref, (_, instance) in running.items() if not any(fits(n, self._asks(instance)) for n in nodes)]
 
     def _cause(self, error: BaseException) -> BaseException:
@@ -162,7 +162,8 @@ class RayExecutor(Executor):
         nodes: Counter[str] = Counter()
         job_s, t0 = 0.0, time.monotonic()
         checked = t0  # when the live nodes were last compared with the jobs waiting
-        bar = _Bar(self.label, n) if self.progress and n else None
+        counting = contextlib.ExitStack()
+        bar = counting.enter_context(self._counting(n))
 
         def finish(i: int, o: Outcome) -> None:
             finished[i] = o
@@ -229,8 +230,7 @@ class RayExecutor(Executor):
         finally:
             for ref in running:  # a failure that stops the stage: the rest is not wanted
                 ray.cancel(ref, force=True)
-            if bar is not None:
-                bar.close()
+            counting.close()
         wall = time.monotonic() - t0
         cpus = float(ray.cluster_resources().get("CPU", 0.0))
         share = job_s * self.resources.num_cpus / (cpus * wall) if cpus and wall > 0 else None
@@ -248,21 +248,3 @@ class RayExecutor(Executor):
             use = "" if share is None else f", {share:.0%} of the cluster's {cpus:g} CPUs busy"
             self.say(f"ray: {n} jobs on {len(nodes)} node(s) in {wall:.1f} s ({job_s:.1f} job-seconds{use})")
         return [o for o in finished if o is not None]
-
-
-class _Bar:
-    """Jobs done / total across the cluster, on stderr (rich)."""
-
-    def __init__(self, label: str, total: int) -> None:
-        from rich.console import Console
-        from rich.progress import Progress
-
-        self.progress = Progress(console=Console(file=sys.stderr), transient=False)
-        self.task = self.progress.add_task(f"{label} (ray)", total=total)
-        self.progress.start()
-
-    def advance(self) -> None:
-        self.progress.advance(self.task)
-
-    def close(self) -> None:
-        self.progress.stop()

@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
-from rich.progress import Progress
 
 from s3 import __version__
 from s3.compute.backend import executor_for
@@ -62,6 +61,7 @@ from s3.data.rollouts import (
 )
 from s3.data.schema import COLUMNS, SCHEMA_VERSION
 from s3.io import workspace_lock, write_json_atomic
+from s3.progress import progress
 from s3.sim.backends import sim_backend
 from s3.sim.base import Control, SimulatorError, SimulatorLost, SourceSim, VehicleState
 from s3.sim.factory import drop_worker_sim, instances, worker_sim
@@ -282,7 +282,8 @@ def shard_episodes(params: Params, index: int) -> range:
 
 def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics_path: Path | None = None) -> Path:
     """Run the stage; return the manifest path. `metrics_path` (under `root`): the run record
-    (module docstring); None writes none, and reused shards then count as of unknown cost."""
+    (module docstring); None writes none, and reused shards then count as of unknown cost. The
+    shards done show on stderr (s3.progress) whatever `quiet` says: collect prints no per-item detail."""
     c = params.collect
     out = root / c.out_dir
     record = root / metrics_path if metrics_path is not None else None
@@ -311,8 +312,7 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics
             else:
                 todo.append(k)
         t0 = time.perf_counter()
-        with Progress(disable=quiet, transient=False) as progress:
-            bar = progress.add_task("collect", total=n_shards, completed=n_shards - len(todo))
+        with progress("collect", n_shards, "shards", earlier=n_shards - len(todo)) as bar:  # some kept from before
 
             def done(i: int, o: Outcome) -> None:
                 results[todo[i]] = _shard_result(params, todo[i], out, o)
@@ -320,7 +320,7 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics
                     write_json_atomic(
                         record, _run_record(params, results, out, time.perf_counter() - t0, workers, complete=False)
                     )
-                progress.advance(bar)
+                bar.advance()
 
             preload = (
                 "s3.data.collect",

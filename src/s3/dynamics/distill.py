@@ -32,7 +32,7 @@ from s3.dynamics.base import DynamicsModel
 from s3.dynamics.bicycle import fit_bicycle
 from s3.dynamics.checkpoint import save_checkpoint
 from s3.dynamics.dataset import RolloutArrays, RolloutDataModule
-from s3.dynamics.lightning_module import DynamicsLitModule, KeepBest, NonFiniteLossError
+from s3.dynamics.lightning_module import DynamicsLitModule, KeepBest, NonFiniteLossError, ProgressFeed
 from s3.dynamics.metrics import ICE_MU, evaluate
 from s3.dynamics.params import DistillParams
 from s3.dynamics.registry import FAMILIES, new_model
@@ -79,7 +79,7 @@ def train_model(
     DistillError is raised.
     """
     lit = DynamicsLitModule(model, params)
-    keep = KeepBest()
+    keep, feed = KeepBest(), ProgressFeed(f"distill {model.family}")  # feed: the stage's progress, not Lightning's bar
     stop = EarlyStopping(monitor="val/multi_step", patience=params.patience, mode="min", check_finite=True)
     t0 = time.perf_counter()
     try:
@@ -92,19 +92,22 @@ def train_model(
                 logger=False,
                 enable_checkpointing=False,
                 enable_model_summary=False,
-                enable_progress_bar=params.progress_bar,
+                enable_progress_bar=False,
                 gradient_clip_val=params.grad_clip,
                 num_sanity_val_steps=0,
                 deterministic="warn" if device.type == "cuda" else True,
-                callbacks=[stop, keep],
+                callbacks=[stop, keep, feed],
             )
             trainer.fit(lit, datamodule=dm)
     except NonFiniteLossError as e:
+        feed.close()
         if keep.state is None:
             raise DistillError(f"{e}; no validated weights yet, nothing written") from None
         model.load_state_dict(keep.state)
         save_checkpoint(model.cpu(), folder, params, extra={"stopped": str(e), "best_epoch": keep.best_epoch})
         raise DistillError(f"{e}; kept the last good weights (epoch {keep.best_epoch}) in {folder}") from None
+    finally:
+        feed.close()
     if keep.state is None:
         raise DistillError(f"{model.family}: training produced no finite validation error")
     model.load_state_dict(keep.state)

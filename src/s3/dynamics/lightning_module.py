@@ -12,6 +12,7 @@ memory; a non-finite training loss raises `NonFiniteLossError` at once.
 from __future__ import annotations
 
 import copy
+import math
 
 import lightning as L
 import torch
@@ -19,6 +20,7 @@ from torch import Tensor
 
 from s3.dynamics.base import DynamicsModel
 from s3.dynamics.params import DistillParams
+from s3.progress import Progress
 
 
 class NonFiniteLossError(RuntimeError):
@@ -102,3 +104,35 @@ class KeepBest(L.Callback):
         if value == value and value < self.best:  # finite-or-inf, not NaN
             self.best, self.best_epoch = value, trainer.current_epoch
             self.state = copy.deepcopy({k: v.detach().cpu() for k, v in pl_module.model.state_dict().items()})
+
+
+class ProgressFeed(L.Callback):
+    """The training batches done / max_epochs x batches per epoch, shown as the stage's progress
+    (s3.progress: a bar on a terminal, a status line every 30 s otherwise), the epoch and the best
+    validation error so far as its note. Early stopping ends it short of the total. `close()` after fit."""
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+        self.progress: Progress | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.close()
+        per_epoch = trainer.num_training_batches
+        total = trainer.max_epochs * per_epoch if math.isfinite(per_epoch) and trainer.max_epochs > 0 else None
+        self.progress = Progress(self.stage, total, "batches")
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if self.progress is not None:
+            self.progress.advance()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        value = trainer.callback_metrics.get("val/multi_step")
+        if self.progress is not None and not trainer.sanity_checking and value is not None:
+            self.progress.note(
+                f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}, val multi-step {float(value):.4g}"
+            )
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
+            self.progress = None

@@ -153,7 +153,7 @@ def evaluate_driver(
     sims = instances(params.sim)  # one BeamNG instance is one world: one worker per instance
     compute = getattr(params, "compute", None)
     executor = executor_for(
-        compute, "evaluate", len(sims) or ep.workers, PRELOAD, f"evaluate {name}", sims, progress=True
+        compute, "evaluate", len(sims) or ep.workers, PRELOAD, f"evaluate {name}", sims, progress="runs"
     )
     ship = (
         (lambda f: f) if executor.shared_fs else (lambda f: f.shipped() if hasattr(f, "shipped") else f)

@@ -60,6 +60,7 @@ import torch
 from s3.catalog import DIRECT
 from s3.evaluate.holdout import HOLDOUT_SEED, START_SPEED, holdout_tracks
 from s3.io import json_safe, write_json_atomic
+from s3.progress import advance, progress
 from s3.rl.checkpoints import DIR, load_checkpoint_fn, read_index
 from s3.rl.export import policy_env_params
 from s3.rl.tracks import start_grid
@@ -70,6 +71,7 @@ N_TRACKS, STARTS = 8, 2
 ICE_SLOTS = (0, 3)  # track i is heavy ice when i % 4 is one of these, else dry
 LAP_SHARE = 0.5  # lap-completing: at least half of the set's laps
 MIN_SPACING_STEPS = 100_000  # env steps between the checkpoints driven (s3.rl.checkpoints keeps more for direct)
+CHECKPOINTS = "checkpoints"  # the unit of the stage's progress
 MAX_CARS = 512  # cars in one source env (checkpoints beyond that drive in a further batch)
 RULE = (
     "lap-completing = a checkpoint completes at least half of the set's laps (lap_share >= 0.5); time to quality = the time of a "
@@ -156,6 +158,7 @@ def drive_checkpoints(
             )["policy"]
             limit = torch.ceil(env.track_length() / params.train.validation_min_speed / env.dt).long()
             runs = source_episodes(env, policy, obs, limit)
+        advance(k, CHECKPOINTS)  # to the stage's progress (s3.progress)
         for j in range(k):
             part = runs.part(slice(j, None, k))
             laps = int(part.completed.sum())
@@ -253,6 +256,12 @@ def _reached(route: dict[str, Any]) -> dict[str, Any]:
         "not_reached_within_s": bound if hit is None and route["curve"] else None,
         "not_reached_within_real_time_s": route.get("end_real_time_s") if hit is None and route["curve"] else None,
     }
+
+
+def _planned(folder: Path) -> int:
+    """How many checkpoints of `folder` `_drive_route` will drive."""
+    index = read_index(folder)
+    return len(spaced(index["checkpoints"], MIN_SPACING_STEPS)) if index and index.get("checkpoints") else 0
 
 
 def _drive_route(
@@ -417,8 +426,15 @@ def time_to_quality(
         if rows is not None:
             break
     collect = collection_cost(metrics_dir, rows, dt)
-    direct = direct_route(params, policies_dir, metrics_dir, tracks, starts, workers)
-    routes = {n: distilled_route(n, params, policies_dir, metrics_dir, tracks, starts, workers, collect) for n in names}
+    folders = [
+        policies_dir / DIRECT,
+        *(checkpoint_folder(policies_dir, n, params.train.for_policy(n).seed) for n in names),
+    ]
+    with progress("time_to_quality", sum(map(_planned, folders)), CHECKPOINTS):
+        direct = direct_route(params, policies_dir, metrics_dir, tracks, starts, workers)
+        routes = {
+            n: distilled_route(n, params, policies_dir, metrics_dir, tracks, starts, workers, collect) for n in names
+        }
     reached = [
         (r["t_to_quality_s"], n) for n, r in routes.items() if n in params.families and r["t_to_quality_s"] is not None
     ]

@@ -55,6 +55,7 @@ from s3.catalog import DIRECT
 from s3.compute.sim_pool import resolve_workers
 from s3.io import json_safe, write_json_atomic
 from s3.platform.tracking import Run
+from s3.progress import progress
 from s3.rl.loop import WallClockBudget
 from s3.rl.ppo import Curve
 from s3.rl.runner import PPORun, flushed, prepare, setup
@@ -118,7 +119,10 @@ def train_direct(
     )
     prestart()
     say = prepare(params.train)
-    with flushed(run):
+    with (
+        flushed(run),
+        progress(f"train {NAME}", clock.budget_s, "s", follow=lambda: clock.elapsed),
+    ):  # the wall-clock budget
         return _train_direct(params, Path(out_dir), plots_dir, metrics_dir, clock, run, say)
 
 

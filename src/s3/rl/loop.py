@@ -13,6 +13,9 @@ extras["log"] means: "Env/...", "reward/<term>"), one value per iteration. Given
 the weights are those of rsl_rl's `OnPolicyRunner.learn` bit for bit: the same operations draw
 the same random numbers.
 
+Each iteration feeds its env steps to the stage's progress (s3.progress.advance, unit ENV_STEPS), in
+this process or, from a seed's worker, in the stage's process.
+
 Iterations run in chunks; between two chunks the caller may change the env (a track-pool refresh:
 `trainer.restart(ids)` forgets the episodes of the cars it restarted). Two small strategies make
 a training run what it is:
@@ -36,10 +39,12 @@ from typing import Any, Protocol
 import torch
 from rsl_rl.utils import check_nan
 
+from s3.progress import advance
 from s3.rl.params import PPOParams
 from s3.rl.ppo import Curve, make_runner
 
 State = dict[str, torch.Tensor]
+ENV_STEPS = "env steps"  # the unit each iteration feeds to the progress listening (s3.progress)
 
 
 class NonFiniteUpdate(RuntimeError):
@@ -117,6 +122,7 @@ class PPOTrainer:
                 points["Train/mean_episode_length"] = statistics.fmean(self._lengths)
             curve += [(tag, it, value) for tag, value in points.items()]
             self.iteration += 1
+            advance(self.steps_per_iteration, ENV_STEPS)  # to the stage's progress (s3.progress), if one listens
         return curve
 
     def _book(
@@ -298,6 +304,7 @@ def train_loop(
 ) -> LoopResult:
     """Chunks of PPO iterations until the budget says stop (from `done` iterations, for a resumed run)."""
     hooks = hooks or Hooks()
+    advance(done * trainer.steps_per_iteration, ENV_STEPS, earlier=True)  # a resumed run's: not in the rate
     curve: Curve = []
     ppo_s = 0.0
     while (n := budget.next_chunk(done)) > 0:

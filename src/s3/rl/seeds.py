@@ -56,6 +56,7 @@ from s3.compute.files import Files, pack, unpack, unpacked
 from s3.compute.params import ComputeParams
 from s3.io import atomic_path, write_json_atomic
 from s3.platform.tracking import Recorder, Run
+from s3.progress import progress
 from s3.rl import TRAIN_WORKER_PRELOAD
 from s3.rl.export import EXPORT, META, WEIGHTS, copy_policy
 from s3.rl.params import SELECTION_ONLY, TrainParams
@@ -201,9 +202,7 @@ def train_seeds(
             p.seed: run.child(f"{name}-seed{p.seed}", {**tags, "s3.seed": str(p.seed)}) if run else None for p in todo
         }
         # locally, seed jobs fork from a server that imported torch, the trainer and MLflow once (s3.compute, s3.workers)
-        executor = executor_for(
-            compute, "train", seed_workers(params), TRAIN_WORKER_PRELOAD, f"train {name}", progress=True
-        )
+        executor = executor_for(compute, "train", seed_workers(params), TRAIN_WORKER_PRELOAD, f"train {name}")
         if executor.shared_fs:
             jobs = [
                 Job(
@@ -264,8 +263,11 @@ def train_seeds(
                 seed_runs[p.seed].finish("FINISHED")
             finished.add(p.seed)
 
+        budget, reused = params.seeds * params.max_env_steps, (params.seeds - len(todo)) * params.max_env_steps
         try:
-            for p, o in zip(todo, executor.run(jobs, keep)):
+            with progress(f"train {name}", budget, "env steps", share=True, earlier=reused):  # fed by s3.rl.loop
+                outcomes = executor.run(jobs, keep)
+            for p, o in zip(todo, outcomes):
                 if not o.ok:  # a worker that kept dying: its resume file stays for the next run
                     raise RuntimeError(f"train {name}: seed {p.seed}: {o.error}")
         finally:

@@ -54,6 +54,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("s3.rl.stage", "s3.platform.tracking"): "moved by cli",
     ("s3.rl.train", "s3.platform.tracking"): "moved by cli",
     ("s3.rl.runner", "s3.platform.tracking"): "moved by cli",
+    ("s3.data.stage", "s3.platform.tracking"): "moved by cli",
+    ("s3.dynamics.stage", "s3.platform.tracking"): "moved by cli",
+    ("s3.evaluate.stage", "s3.platform.tracking"): "moved by cli",
     # moved by report (evaluate/report_mlflow.py -> s3/report/) and cli (tracking -> s3/tracking/)
     ("s3.report.mlflow", "s3.platform.tracking"): "moved by report and cli",
 }

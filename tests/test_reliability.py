@@ -478,7 +478,7 @@ def test_two_s3_collect_on_one_folder_second_fails_fast(tmp_path: Path, monkeypa
         for a in ("--set", o)
     ]
     env = {**os.environ, "S3_MLFLOW": "0", "OMP_NUM_THREADS": "1"}
-    from s3.cli import _known_errors
+    from s3.cli.base import _known_errors
 
     _known_errors()  # the CLI imports every stage's error type on its first error: do that before timing
     first = subprocess.Popen(

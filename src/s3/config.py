@@ -230,3 +230,17 @@ def _check_stage_lists(tree: dict[str, Any], params: Params, source: str) -> Non
             raise ParamsError(
                 f"{source}: train.per_policy.{name}: missing: the evaluate stages come from this list and train@{name} tracks the entry (`{name}: {{}}`)"
             )
+
+
+def pick_names(option: str, known: list[str], every: list[str], where: str) -> list[str]:
+    """The names a `--family` option picks: one of `known`, or "all" (= `every`); ParamsError naming
+    the option, the known names and `where` they come from otherwise."""
+    if option == "all":
+        return list(every)
+    if option not in known:
+        raise ParamsError(f"--family: {option!r} is not one of {', '.join(known)}, all ({where})")
+    return [option]
+
+
+FAMILIES_KEY = "params.yaml: families"
+POLICIES_KEY = "params.yaml: families, policies_in_models; direct"

@@ -18,6 +18,7 @@ These are the "16 heavy-ice procedural runs" the README's decisions cite.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,3 +126,29 @@ def _row(lap: np.ndarray, completion: np.ndarray, reasons: list[str]) -> dict[st
         "ends": {r: reasons.count(r) for r in sorted(set(reasons)) if r not in ("lap", "completed")},
         "mean_lap_s": float(np.mean(lap[done])) if done.any() else None,
     }
+
+
+def holdout_stage(
+    params: Any,
+    family: str,
+    policies_dir: Path,
+    surface: str = "heavy_ice",
+    n_tracks: int = 8,
+    seed: int = HOLDOUT_SEED,
+) -> dict[str, Any]:
+    """`s3 holdout`: the policies `family` names ("all": every trained one) from `policies_dir`,
+    with the pid, on the held-out tracks; ParamsError for an unknown surface or a missing policy."""
+    from s3.config import POLICIES_KEY, ParamsError, pick_names
+    from s3.rl.export import load_policy_fn, policy_env_params
+
+    if surface not in SURFACES:
+        raise ParamsError(f"--surface: {surface!r} is not one of {', '.join(SURFACES)}")
+    known = params.policies()
+    trained = [n for n in known if (policies_dir / n / "policy.json").exists()]
+    policies = {}
+    for name in pick_names(family, known, trained, POLICIES_KEY):
+        if not (policies_dir / name / "policy.json").exists():
+            raise ParamsError(f"{policies_dir / name}: no policy; run `s3 train --family {name}` first")
+        fn, meta = load_policy_fn(policies_dir / name)
+        policies[name] = (fn, policy_env_params(meta))
+    return holdout(policies, params, surface, n_tracks=n_tracks, seed=seed)

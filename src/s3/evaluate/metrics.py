@@ -39,11 +39,10 @@ Definitions (documented once, used everywhere):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from s3.tracks.geometry import patch_span
 from s3.tracks.track import FrictionPatch, Track
@@ -221,21 +220,6 @@ def run_metrics(
     return out
 
 
-# ---------------------------------------------------------------------- aggregation
-def mean_ci(values: Iterable[float | None], confidence: float = 0.95) -> dict[str, Any]:
-    """Mean, sample std and the two-sided Student-t confidence interval of the finite values."""
-    x = np.array([v for v in values if v is not None and math.isfinite(float(v))], dtype=float)
-    n = len(x)
-    if n == 0:
-        return {"n": 0, "mean": None, "std": None, "ci95": None, "half_width": None}
-    mean = float(x.mean())
-    if n == 1:
-        return {"n": 1, "mean": mean, "std": None, "ci95": None, "half_width": None}
-    std = float(x.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1) * std / math.sqrt(n))
-    return {"n": n, "mean": mean, "std": std, "ci95": [mean - half, mean + half], "half_width": half}
-
-
 RUN_SCALARS = (
     "lap_time_s",
     "distance_m",
@@ -252,35 +236,3 @@ RUN_SCALARS = (
     "mean_abs_lateral_jerk",
     "min_edge_margin_m",
 )
-
-
-def aggregate(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Mean and 95 % CI of every run metric over `runs`; lap time over completed runs only."""
-    out: dict[str, Any] = {"runs": len(runs), "completed": int(sum(bool(r["completed"]) for r in runs))}
-    out["completion_rate"] = mean_ci([float(r["completed"]) for r in runs])
-    for key in RUN_SCALARS:
-        out[key] = mean_ci([r.get(key) for r in runs])
-    labels: list[str] = []
-    for r in runs:
-        for p in r.get("patches", []):
-            if p["label"] not in labels:
-                labels.append(p["label"])
-    patches = []
-    for label in labels:
-        rows = [p for r in runs for p in r.get("patches", []) if p["label"] == label and p["attempted"]]
-        patches.append(
-            {
-                "label": label,
-                "attempted": len(rows),
-                "crossed_on_track": int(sum(p["crossed_on_track"] for p in rows)),
-                "crossing_rate": mean_ci([float(p["crossed_on_track"]) for p in rows]),
-                "entry_speed_mps": mean_ci([p["entry_speed"] for p in rows]),
-                "exit_speed_mps": mean_ci([p["exit_speed"] for p in rows]),
-                "peak_sideslip_rad": mean_ci([p["peak_sideslip"] for p in rows]),
-            }
-        )
-    if patches:
-        out["patches"] = patches
-        rows = [p for r in runs for p in r.get("patches", []) if p["attempted"]]
-        out["patch_crossing_rate"] = mean_ci([float(p["crossed_on_track"]) for p in rows])
-    return out

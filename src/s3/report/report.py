@@ -219,8 +219,17 @@ def report(
     console: Console | None = None,
     families: Iterable[str] | None = None,
     models: Mapping[str, str] | None = None,
+    readme: Path | None = None,
 ) -> dict[str, Any]:
-    """The `s3 report` stage: build, write, print and log the report; returns the report dict."""
+    """The `s3 report` stage: build, write, print and log the report; returns the report dict.
+    `readme`: also rewrite the results block of this file (README.md), which must hold one
+    (ParamsError before any work otherwise)."""
+    from s3.config import ParamsError
+    from s3.io import write_text_atomic
+    from s3.report.render import README_BEGIN, README_END, readme_block, readme_table, replace_readme_block
+
+    if readme is not None and (not readme.is_file() or readme_block(readme.read_text()) is None):
+        raise ParamsError(f"--readme {readme}: needs a file with one {README_BEGIN} ... {README_END} block")
     rep = build_report(Path(metrics_dir), families=families, models=models)
     paths = write_report(rep, Path(metrics_dir), Path(reports_dir), Path(plots_dir))
     console = console or Console()
@@ -235,4 +244,7 @@ def report(
         console.print(f"[yellow]not measured:[/yellow] {m}", highlight=False)
     log_report_mlflow(rep, paths)
     console.print(f"wrote {', '.join(map(str, paths))}", highlight=False)
+    if readme is not None:
+        write_text_atomic(readme, replace_readme_block(readme.read_text(), readme_table(rep)))
+        console.print(f"results block -> {readme}", highlight=False)
     return rep

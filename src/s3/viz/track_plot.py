@@ -106,3 +106,14 @@ def save_figure(fig: Figure, path: str | os.PathLike[str], dpi: int = 150) -> Pa
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format=fmt, dpi=dpi)
     return path
+
+
+def save_track_plot(track: Track, path: str | os.PathLike[str]) -> Path:
+    """A top-down plot of `track` (its name as the title) written to `path` (PNG)."""
+    import matplotlib.pyplot as plt
+
+    ax = plot_track(track, title=track.name)
+    try:
+        return save_figure(ax.figure, path)
+    finally:
+        plt.close(ax.figure)

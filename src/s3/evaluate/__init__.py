@@ -15,6 +15,8 @@ Every driver meets the same car there: `sim.driver_aids` (s3.sim.aids, traction 
     suite.py         the evaluation suite's summaries: every metric per seed, with intervals over seeds
     intervals.py     those intervals: two-level bootstrap over seeds and runs, Wilson, a difference of two
     time_to_quality.py s3 time-to-quality: every kept checkpoint of each route on one fixed hold-out set
+    ttq_checkpoints.py its hold-out set and the checkpoints' laps on it
+    ttq_routes.py    its routes: curves on each route's time axis, the half-the-laps rule, the budget rule
     probes.py        fixed open-loop manoeuvres in the source simulator and in a model, compared
     holdout.py       s3 holdout: policies and pid on held-out procedural tracks (heavy ice / dry), source
     plots.py         trajectories on the track, speed/steering traces, top-down lap GIF

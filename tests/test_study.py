@@ -144,7 +144,7 @@ def test_result_file_has_exactly_the_reports_keys(tmp_path: Path) -> None:
 
 
 def test_rollouts_are_seeded_only_from_a_matching_collection(tmp_path: Path) -> None:
-    from s3.data.collect import data_key
+    from s3.data.provenance import data_key
 
     study = load_study(_study(tmp_path, {"v": {"family": "ddm"}}, base="params_quick.yaml"))
     params = check_variant(study, study.variants["v"])

@@ -316,7 +316,7 @@ def seed_rollouts(workspace: Path, params: Params, donors: Iterable[Path]) -> Pa
     dest = Path(workspace) / "data/rollouts"
     if dest.exists():
         return None
-    from s3.data.collect import data_key
+    from s3.data.provenance import data_key
 
     key = data_key(params)
     for donor in donors:

@@ -11,16 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 from s3.cli import app
-from s3.platform.study import (
-    RESULT_KEYS,
-    StudyError,
-    check_study,
-    check_variant,
-    load_study,
-    run_study,
-    seed_rollouts,
-    write_result,
-)
+from s3.platform.study import RESULT_KEYS, run_study, seed_rollouts, write_result
+from s3.platform.study_set import StudyError, check_study, check_variant, load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 

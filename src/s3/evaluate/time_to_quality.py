@@ -71,8 +71,8 @@ from s3.progress import progress
 from s3.sim.backends import side_by_side_names, sim_backend
 
 RULE = (
-    "lap-completing = a checkpoint completes at least half of the set's laps (lap_share >= 0.5); time to quality = the time of a "
-    "route's earliest lap-completing checkpoint (None: never, within not_reached_within_s)"
+    "lap-completing = a checkpoint completes at least half of the set's laps (lap_share >= 0.5); time to quality = "
+    "the time of a route's earliest lap-completing checkpoint (None: never, within not_reached_within_s)"
 )
 
 
@@ -91,7 +91,10 @@ def time_to_quality(
     policies_dir, metrics_dir = Path(policies_dir), Path(metrics_dir)
     out = Path(out_path) if out_path is not None else metrics_dir / "time_to_quality.json"
     if not sim_backend(params.sim).side_by_side:  # the report still runs: claim 1 says why it was not measured
-        reason = f"needs the embedded simulator (sim.backend {side_by_side_names()}, not {params.sim.backend!r}): every checkpoint drives side by side"
+        reason = (
+            f"needs the embedded simulator (sim.backend {side_by_side_names()}, not {params.sim.backend!r}): every "
+            "checkpoint drives side by side"
+        )
         write_json_atomic(out, {"not_run": reason})
         if plot_path is not None:
             from s3.viz.time_to_quality_plots import plot_not_run
@@ -145,9 +148,11 @@ def time_to_quality(
         "lap_share_needed": LAP_SHARE,
         "time_axis": {
             DIRECT: f"env_steps / env_steps_per_s (metrics/train/{DIRECT}.json)",
-            "distilled": "collect wall + distill total_wall_s + env_steps / env_steps_per_s (the first seed's env steps over its whole "
-            "training wall clock, metrics/train/<policy>.json seed_selection.seeds), as direct's rate is over its whole run",
-            "real_time": "direct: env_steps x control_dt / workers; distilled: collect rows x control_dt / collect workers + distill + PPO",
+            "distilled": "collect wall + distill total_wall_s + env_steps / env_steps_per_s (the first seed's env "
+            "steps over its whole training wall clock, metrics/train/<policy>.json seed_selection.seeds), as "
+            "direct's rate is over its whole run",
+            "real_time": "direct: env_steps x control_dt / workers; distilled: collect rows x control_dt / collect "
+            "workers + distill + PPO",
             "control_dt": dt,
         },
         "collect": collect,

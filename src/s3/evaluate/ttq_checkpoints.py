@@ -60,7 +60,8 @@ def drive_checkpoints(
     starts: int = STARTS,
     workers: int = 0,
 ) -> list[dict[str, Any]]:
-    """Each checkpoint in `entries` (of folder/checkpoints/index.json) on every run of the set: {laps, runs, lap_share, completion, ...}."""
+    """Each checkpoint in `entries` (of folder/checkpoints/index.json) on every run of the set: {laps, runs, lap_share,
+    completion, ...}."""
     from s3.rl.source_env import SourceVecEnv
     from s3.rl.source_validation import source_episodes
 

@@ -253,7 +253,8 @@ def budget_rule(direct: dict[str, Any], routes: dict[str, dict[str, Any]], famil
     need = max(known) if known else None
     budget = direct.get("budget_s")
     return {
-        "rule": "train.direct.budget_s >= the distilled route's whole wall clock for one family (collect + distill + its K seeds' training)",
+        "rule": "train.direct.budget_s >= the distilled route's whole wall clock for one family (collect + distill "
+        "+ its K seeds' training)",
         "budget_s": budget,
         "family_route_s": whole,
         "max_family_route_s": need,

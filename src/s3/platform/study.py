@@ -158,7 +158,8 @@ def run_variant(
         rc = subprocess.run([str(bin_dir / "dvc"), "repro", target(v)], cwd=ws, env=env).returncode
         if rc != 0:
             raise StudyError(
-                f"{study.name}/{v.name}: `dvc repro {target(v)}` failed (exit {rc}) in {ws}; run the set again to resume"
+                f"{study.name}/{v.name}: `dvc repro {target(v)}` failed (exit {rc}) in {ws}; run the set again to "
+                "resume"
             )
         return write_result(ws, v, step.result)
 

@@ -147,7 +147,10 @@ def variant_tree(study: Study, variant: Variant) -> dict[str, Any]:
 
 
 def params_text(study: Study, variant: Variant) -> str:
-    head = f"# Written by `s3 study run {study.name}`: {study.base.name} plus the overrides of {study.path.name}, variant {variant.name}.\n"
+    head = (
+        f"# Written by `s3 study run {study.name}`: {study.base.name} plus the overrides of {study.path.name}, "
+        f"variant {variant.name}.\n"
+    )
     return head + yaml.dump(
         variant_tree(study, variant), Dumper=_PlainDumper, sort_keys=False, default_flow_style=None, width=120
     )

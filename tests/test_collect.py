@@ -168,7 +168,8 @@ def test_second_collect_on_same_folder_fails_fast(tmp_path: Path) -> None:
 
 
 def test_careful_driver_stays_on_track() -> None:
-    """Without noise or events the explorer is a competent driver: the data's off-track rows come from the perturbations."""
+    """Without noise or events the explorer is a competent driver: the data's off-track rows come from the
+    perturbations."""
     params = load_params(
         None,
         [

@@ -25,7 +25,8 @@ CLI = SRC / "s3" / "cli.py"
 # Modules a stage runs that are deliberately not deps (and whose own imports are not followed).
 EXEMPT = {
     "s3.cli": "the command line: dispatch and printing; what it passes on is params, which DVC tracks as params",
-    "s3.config": "params validation (it imports every section's params module): the values a stage reads reach DVC as params",
+    "s3.config": "params validation (it imports every section's params module): the values a stage reads reach DVC "
+    "as params",
     "s3.platform.tracking": "MLflow logging: writes runs, never a stage's outputs",
     "s3.progress": "progress on stderr: never a stage's outputs (it imports nothing of s3)",
 }
@@ -186,5 +187,6 @@ def test_stage_deps_cover_the_source_it_runs(stage: str) -> None:
         if not any(f == d or d in f.parents for d in dep_paths)
     )
     assert not missing, (
-        f"dvc.yaml: {stage} (`s3 {command}`) runs these files but lists none of them or their folders as deps: {missing}"
+        f"dvc.yaml: {stage} (`s3 {command}`) runs these files but lists none of them or their folders as deps: "
+        f"{missing}"
     )

@@ -64,7 +64,8 @@ DISTILL = {"total_wall_s": 30.0, "rows": 5000}
 
 @pytest.fixture(scope="module")
 def runs(bicycle, root) -> dict:
-    """A tiny distilled `train` of bicycle and a tiny `direct` run, in one workspace with the metrics time_to_quality reads."""
+    """A tiny distilled `train` of bicycle and a tiny `direct` run, in one workspace with the metrics time_to_quality
+    reads."""
     from s3.rl.direct import train_direct
 
     save_checkpoint(bicycle, root / "models" / "bicycle")

@@ -437,8 +437,10 @@ def test_collect_with_beamng_backend(standin: BeamngStandin, tmp_path: Path) -> 
                 "sim.beamng.host=127.0.0.1",
                 f"sim.beamng.port={standin.port}",
                 f"sim.beamng.request_timeout={TIMEOUT}",
-                "sim.driver_aids.traction_control=false",  # the raw physics of the two backends compared (s3's aids wrap only
-                "sim.driver_aids.abs=false",  # the embedded car; a BeamNG vehicle brings its own)
+                # the raw physics of the two backends compared (s3's aids wrap only the embedded car; a BeamNG
+                # vehicle brings its own)
+                "sim.driver_aids.traction_control=false",
+                "sim.driver_aids.abs=false",
                 f"collect.out_dir={out}/rollouts",
                 f"collect.plot_dir={out}/plots",
             ],

@@ -75,7 +75,8 @@ def test_the_three_evaluation_circuits_differ_measurably() -> None:
 
 
 def test_corner_detection_matches_the_designed_layout() -> None:
-    """Every designed corner is found once, with its radius and turn (the 5 m average widens a chicane's 5 m arcs by up to 9 %)."""
+    """Every designed corner is found once, with its radius and turn (the 5 m average widens a chicane's 5 m arcs by up
+    to 9 %)."""
     # a turn is counted where |curvature| >= 1/400 1/m: a sweeper's gentle clothoid ends fall outside
     for name, d in DESIGNS.items():
         found = detect_corners(evaluation_track(name))
@@ -233,7 +234,8 @@ def aided_sim():
 
 @pytest.mark.parametrize("name", BUILTIN)
 def test_pid_completes_every_builtin_nominal(name: str, aided_sim) -> None:
-    """The `pid` baseline (default PidParams, the car's traction control and ABS on) laps each circuit from the line at 5 m/s."""
+    """The `pid` baseline (default PidParams, the car's traction control and ABS on) laps each circuit from the line at
+    5 m/s."""
     from s3.evaluate.drivers import PidFactory
     from s3.evaluate.params import PidParams
     from s3.evaluate.run import run_lap

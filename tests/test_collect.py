@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 from s3.config import Params, load_params
-from s3.data.collect import collect, run_episode, track_for
+from s3.data.collect import collect
+from s3.data.episode import run_episode, track_for
 from s3.data.rollouts import RolloutError, load_rollouts, read_manifest, shard_name
 from s3.data.schema import COLUMNS
 from s3.io import WorkspaceBusy, workspace_lock
@@ -167,7 +168,8 @@ def test_second_collect_on_same_folder_fails_fast(tmp_path: Path) -> None:
 
 
 def test_careful_driver_stays_on_track() -> None:
-    """Without noise or events the explorer is a competent driver: the data's off-track rows come from the perturbations."""
+    """Without noise or events the explorer is a competent driver: the data's off-track rows come from the
+    perturbations."""
     params = load_params(
         None,
         [

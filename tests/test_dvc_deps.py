@@ -26,7 +26,8 @@ CLI = SRC / "s3" / "cli" / "__init__.py"
 EXEMPT = {
     "s3.cli": "the command line (the package and its modules): dispatch and printing; what it passes on is params, "
     "which DVC tracks as params",
-    "s3.config": "params validation (it imports every section's params module): the values a stage reads reach DVC as params",
+    "s3.config": "params validation (it imports every section's params module): the values a stage reads reach DVC "
+    "as params",
     "s3.platform.tracking": "MLflow logging: writes runs, never a stage's outputs",
     "s3.progress": "progress on stderr: never a stage's outputs (it imports nothing of s3)",
 }
@@ -192,5 +193,6 @@ def test_stage_deps_cover_the_source_it_runs(stage: str) -> None:
         if not any(f == d or d in f.parents for d in dep_paths)
     )
     assert not missing, (
-        f"dvc.yaml: {stage} (`s3 {command}`) runs these files but lists none of them or their folders as deps: {missing}"
+        f"dvc.yaml: {stage} (`s3 {command}`) runs these files but lists none of them or their folders as deps: "
+        f"{missing}"
     )

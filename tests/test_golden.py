@@ -27,7 +27,10 @@ FLOAT_TOL = {"rtol": 1e-5, "atol": 1e-4}
 def drive_reproducibly(surface_label: bool, folder: Path) -> dict[str, np.ndarray]:
     """g.drive_distilled in a fresh process with MKL_CBWR=COMPATIBLE (the module docstring)."""
     out = folder / f"now_{int(surface_label)}.npz"
-    code = f"import numpy as np; from golden import generate as g; np.savez({str(out)!r}, **g.drive_distilled({surface_label}))"
+    code = (
+        f"import numpy as np; from golden import generate as g; np.savez({str(out)!r}, "
+        f"**g.drive_distilled({surface_label}))"
+    )
     tests = str(Path(__file__).resolve().parent)
     env = {
         **os.environ,

@@ -144,7 +144,10 @@ def test_advance_feeds_the_innermost_progress_of_its_unit() -> None:
 
 def test_worker_processes_feed_a_sharing_progress() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(s3.__file__).parents[1])}
-    code = "from s3.progress import advance; advance(5, 'env steps'); advance(3, 'env steps', earlier=True); advance(9, 'runs')"
+    code = (
+        "from s3.progress import advance; advance(5, 'env steps'); advance(3, 'env steps', earlier=True); "
+        "advance(9, 'runs')"
+    )
     with progress("train ddm", 100, "env steps", share=True, stream=io.StringIO(), clock=Clock()) as p:
         folder = os.environ[prog.SHARE_ENV]
         for _ in range(2):

@@ -299,7 +299,8 @@ import sys
 sys.modules["ray"] = None  # `import ray` raises ImportError
 from s3.config import load_params
 from s3.data.collect import collect
-sets = ["collect.episodes=2", "collect.episode_steps=20", "collect.episodes_per_shard=1", "collect.n_tracks=1", "collect.workers=2",
+sets = ["collect.episodes=2", "collect.episode_steps=20", "collect.episodes_per_shard=1", "collect.n_tracks=1", \
+"collect.workers=2",
         "collect.out_dir={tmp_path}/rollouts", "collect.plot_dir={tmp_path}/plots"]
 collect(load_params(None, sets), quiet=True)
 print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.") or m == "s3.compute.ray_executor"))
@@ -484,12 +485,14 @@ import json, os, ray
 from s3.compute.executor import Job
 from s3.compute.params import ComputeParams
 from s3.compute.ray_executor import RayExecutor
-ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="warning")
+ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, _node_ip_address="127.0.0.1", \
+logging_level="warning")
 from test_ray import gpu_view
 def seen(c):
     return [list(o.value) for o in RayExecutor(c, "train").run([Job(f"j{i}", gpu_view, ()) for i in range(2)])]
 cpu = ComputeParams(backend="ray")
-gpu = cpu.model_copy(update={"resources": cpu.resources.model_copy(update={"train": cpu.resources.train.model_copy(update={"num_gpus": 1})})})
+gpu = cpu.model_copy(update={"resources": cpu.resources.model_copy(update={"train": \
+cpu.resources.train.model_copy(update={"num_gpus": 1})})})
 print(json.dumps({"cpu": seen(cpu), "gpu": seen(gpu)}))
 """
 

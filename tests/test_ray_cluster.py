@@ -100,7 +100,8 @@ def test_a_stage_runs_on_a_two_node_cluster_with_the_local_outputs(two_nodes, tm
     _collect(tmp_path / "local", env, "collect.workers=2")
     r = _collect(tmp_path / "ray", env, "compute.backend=ray", f"compute.address={address}")
     line = re.search(
-        r"ray: (\d+) jobs on (\d+) node\(s\) in ([\d.]+) s \(([\d.]+) job-seconds, (\d+)% of the cluster's (\d+) CPUs busy\)",
+        r"ray: (\d+) jobs on (\d+) node\(s\) in ([\d.]+) s \(([\d.]+) job-seconds, (\d+)% of the cluster's (\d+) "
+        r"CPUs busy\)",
         r.stderr,
     )
     assert line, r.stderr[-3000:]

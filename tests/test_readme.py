@@ -131,7 +131,8 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def _eval(rate: float, lap: float, seeds: int = 3, starts: int = 4) -> dict[str, Any]:
-    """An eval in the suite's layout: per seed, round(rate * starts) laps of `lap` s per condition, the rest half a lap."""
+    """An eval in the suite's layout: per seed, round(rate * starts) laps of `lap` s per condition, the rest half a
+    lap."""
     from s3.evaluate.suite import summarise
 
     runs = [
@@ -189,8 +190,8 @@ def test_readme_table_renders_the_report(metrics: Path) -> None:
     rep = build_report(metrics)
     text = readme_table(rep)
     assert (
-        "| ddm | 100 [100, 100] (n=3/12) | 100 [100, 100] (n=3/12) | 100 [100, 100] | 100 [100, 100] | 100.0 [100.0, 100.0] (n=12) |"
-        in text
+        "| ddm | 100 [100, 100] (n=3/12) | 100 [100, 100] (n=3/12) | 100 [100, 100] | 100 [100, 100] | 100.0 "
+        "[100.0, 100.0] (n=12) |" in text
     )
     assert "| pid | 100 [100, 100] (n=1/4) |" in text and "| bicycle | 25 [" in text
     assert "| 2 smoother, safer | ddm vs transformer: mean_abs_steering_rate lower |" in text
@@ -250,7 +251,8 @@ def test_the_committed_readme_block_is_the_committed_report() -> None:
     report = json.loads(path.read_text())
     if "claims" not in report:
         pytest.skip(
-            "metrics/report.json predates the study's layout (no claim rows): the README block is regenerated after the next full run"
+            "metrics/report.json predates the study's layout (no claim rows): the README block is regenerated after "
+            "the next full run"
         )
     assert readme_block(README.read_text(encoding="utf-8")) == readme_table(report).strip(), (
         "run `s3 report --readme README.md`"

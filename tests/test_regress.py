@@ -107,7 +107,8 @@ def test_policy_quality_tolerances(ws: Path, evalm: dict, ok: bool) -> None:
 
 @pytest.mark.parametrize(("ice_err", "ok"), [(1.05, True), (1.3, False)])
 def test_manoeuvre_probe_errors_are_judged_as_errors(ws: Path, ice_err: float, ok: bool) -> None:
-    """The probes' 3 s errors in metrics/eval may grow 10 % like any predictive error; their slide count is not judged."""
+    """The probes' 3 s errors in metrics/eval may grow 10 % like any predictive error; their slide count is not
+    judged."""
 
     def with_probes(err: float, agreed: int) -> dict:
         return {
@@ -189,7 +190,8 @@ def test_a_baseline_without_the_quality_keys_says_so(ws: Path) -> None:
         assert "metrics/eval/ddm.json (an older metrics layout?" in text
         assert (
             text.splitlines()[-1]
-            == "no regression against git ref HEAD: 9 checks in 1 file(s) within tolerance; policy quality not judged in 1 file(s)"
+            == "no regression against git ref HEAD: 9 checks in 1 file(s) within tolerance; policy quality not "
+            "judged in 1 file(s)"
         )
     _write(ws, "metrics/eval/ddm.json", _eval(1.0, 120.0))
     _commit_metrics(ws)
@@ -214,7 +216,8 @@ def test_compare_reports_new_metrics_without_judging() -> None:
 
 
 def test_direct_is_left_out_of_the_check() -> None:
-    """`direct` trains for a wall-clock budget: its metrics move with the machine's load, so they are not judged by default."""
+    """`direct` trains for a wall-clock budget: its metrics move with the machine's load, so they are not judged by
+    default."""
     from s3.platform.regress import tracked_metrics
 
     files = {"metrics/eval/direct.json": _eval(1.0, 120.0), "metrics/eval/ddm.json": _eval(1.0, 120.0)}

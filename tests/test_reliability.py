@@ -443,7 +443,10 @@ def test_two_dvc_repro_on_one_workspace_second_fails_fast(tmp_path: Path) -> Non
     ws.mkdir()
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=ws, env=env, check=True)
-    stage = f"{sys.executable} -c \"import pathlib, time; pathlib.Path('started').touch(); time.sleep(5); pathlib.Path('out.txt').write_text('ok')\""
+    stage = (
+        f"{sys.executable} -c \"import pathlib, time; pathlib.Path('started').touch(); time.sleep(5); "
+        "pathlib.Path('out.txt').write_text('ok')\""
+    )
     (ws / "dvc.yaml").write_text(f"stages:\n  slow:\n    cmd: {json.dumps(stage)}\n    outs:\n      - out.txt\n")
     first = subprocess.Popen(
         [dvc, "repro"], cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

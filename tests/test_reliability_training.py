@@ -220,8 +220,9 @@ def test_seed_workers_end_when_train_is_killed(model_dir: Path, tmp_path: Path) 
         "seed_selection": "model",
     }  # hours, unless killed
     script = (
-        "import json, sys; from pathlib import Path; from s3.rl.params import TrainParams; from s3.rl.seeds import train_seeds; "
-        "train_seeds('bicycle', 'bicycle', Path(sys.argv[1]) / 'bicycle', sys.argv[2], sys.argv[3], TrainParams.model_validate(json.loads(sys.argv[4])))"
+        "import json, sys; from pathlib import Path; from s3.rl.params import TrainParams; from s3.rl.seeds import "
+        "train_seeds; train_seeds('bicycle', 'bicycle', Path(sys.argv[1]) / 'bicycle', sys.argv[2], sys.argv[3], "
+        "TrainParams.model_validate(json.loads(sys.argv[4])))"
     )
     out = tmp_path / "policies"
     cmd = [

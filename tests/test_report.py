@@ -286,7 +286,8 @@ def test_rl_wall_counts_every_seed_trained_side_by_side(ws: Path) -> None:
 
 
 def test_a_seed_chosen_in_the_source_is_a_separate_row_with_its_cost(ws: Path) -> None:
-    """seed_selection 'source': the row of the chosen seed beside the policy's every-seed row, its source runs at real time."""
+    """seed_selection 'source': the row of the chosen seed beside the policy's every-seed row, its source runs at real
+    time."""
     ev = _eval(0.5, 0.5)
     for r in ev["runs"]:  # seed 1 completes everything, the others nothing
         r["completed"] = r["seed"] == 1
@@ -436,7 +437,8 @@ def test_spearman_p_value_is_exact_for_four_families() -> None:
 
 
 def test_the_claims_verdicts_from_their_inputs(ws: Path) -> None:
-    """Each claim read from its own input: time to quality (claim 1), the seeds' runs (2), the models (3), the ablation (4)."""
+    """Each claim read from its own input: time to quality (claim 1), the seeds' runs (2), the models (3), the ablation
+    (4)."""
     from s3.evaluate.suite import summarise
 
     def with_rate(rate_of_seed: dict[int, float]) -> dict:

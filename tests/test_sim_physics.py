@@ -171,7 +171,8 @@ def test_locked_wheel_braking_distance(car: MujocoCar, mu: float) -> None:
     expected = _expected_stop(car, mu, v0)
     simple = v0**2 / (2.0 * mu * sliding_ratio(car.params.mf_b, car.params.mf_c, car.params.mf_e) * GRAVITY)
     print(
-        f"locked braking from {v0} m/s on mu={mu}: {s.x:.1f} m (expected {expected:.1f} m with drag, {simple:.1f} m without)"
+        f"locked braking from {v0} m/s on mu={mu}: {s.x:.1f} m (expected {expected:.1f} m with drag, {simple:.1f} m "
+        "without)"
     )
     assert s.x == pytest.approx(expected, rel=0.15)
     assert max(locked) < 0.1  # the wheels really are locked

@@ -1,4 +1,5 @@
-"""The study's statistics (s3.evaluate.intervals, s3.report.stats): known answers, closed forms and a coverage simulation."""
+"""The study's statistics (s3.evaluate.intervals, s3.report.stats): known answers, closed forms and a coverage
+simulation."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def hierarchical(
 
 
 def two_level_sd(groups: np.ndarray) -> float:
-    """The exact sd of the two-level bootstrap statistic: Var = (S_b^2 + mean_s(s_s^2 / n_s)) / K, population variances."""
+    """The exact sd of the two-level bootstrap statistic: Var = (S_b^2 + mean_s(s_s^2 / n_s)) / K, population
+    variances."""
     k, n = groups.shape
     return math.sqrt((np.var(groups.mean(axis=1)) + np.mean(np.var(groups, axis=1) / n)) / k)
 

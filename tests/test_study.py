@@ -11,16 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 from s3.cli import app
-from s3.platform.study import (
-    RESULT_KEYS,
-    StudyError,
-    check_study,
-    check_variant,
-    load_study,
-    run_study,
-    seed_rollouts,
-    write_result,
-)
+from s3.platform.study import RESULT_KEYS, run_study, seed_rollouts, write_result
+from s3.platform.study_set import StudyError, check_study, check_variant, load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,7 +136,7 @@ def test_result_file_has_exactly_the_reports_keys(tmp_path: Path) -> None:
 
 
 def test_rollouts_are_seeded_only_from_a_matching_collection(tmp_path: Path) -> None:
-    from s3.data.collect import data_key
+    from s3.data.provenance import data_key
 
     study = load_study(_study(tmp_path, {"v": {"family": "ddm"}}, base="params_quick.yaml"))
     params = check_variant(study, study.variants["v"])

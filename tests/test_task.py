@@ -25,7 +25,8 @@ N, STEPS = 8, 90
 
 
 class ReplayWorkers:
-    """Stands in for the env's pool (s3.compute.sim_pool.SimPool): answers every request with recorded states [T, N, 7]."""
+    """Stands in for the env's pool (s3.compute.sim_pool.SimPool): answers every request with recorded
+    states [T, N, 7]."""
 
     def __init__(self, frames: np.ndarray) -> None:
         self.frames, self.k = frames, 0

@@ -16,6 +16,8 @@ import torch
 from s3.config import Params
 from s3.dynamics.checkpoint import save_checkpoint
 from s3.evaluate import time_to_quality as ttq
+from s3.evaluate import ttq_routes
+from s3.evaluate.ttq_routes import first_reaching
 from s3.rl.checkpoints import DIR, load_checkpoint_actor, load_checkpoint_fn, read_index
 from s3.rl.export import load_actor, load_policy_fn
 from s3.rl.params import TrainParams
@@ -62,7 +64,8 @@ DISTILL = {"total_wall_s": 30.0, "rows": 5000}
 
 @pytest.fixture(scope="module")
 def runs(bicycle, root) -> dict:
-    """A tiny distilled `train` of bicycle and a tiny `direct` run, in one workspace with the metrics time_to_quality reads."""
+    """A tiny distilled `train` of bicycle and a tiny `direct` run, in one workspace with the metrics time_to_quality
+    reads."""
     from s3.rl.direct import train_direct
 
     save_checkpoint(bicycle, root / "models" / "bicycle")
@@ -136,16 +139,12 @@ def test_the_half_the_laps_rule() -> None:
     def curve(*shares: float) -> list[dict]:
         return [{"env_steps": 100 * (i + 1), "lap_share": s} for i, s in enumerate(shares)]
 
-    assert ttq.first_reaching(curve(0.0, 7 / 16, 8 / 16, 1.0))["env_steps"] == 300  # exactly half counts
-    assert (
-        ttq.first_reaching(curve(0.0, 0.75, 0.25, 0.5))["env_steps"] == 200
-    )  # the earliest, even if a later one drops
-    assert (
-        ttq.first_reaching(list(reversed(curve(0.0, 0.6, 1.0))))["env_steps"] == 200
-    )  # by env steps, whatever the order
-    assert ttq.first_reaching(curve(0.0, 7 / 16, 0.49)) is None
-    assert ttq.first_reaching([]) is None
-    assert ttq.first_reaching(curve(0.2, 0.3), share=0.25)["env_steps"] == 200
+    assert first_reaching(curve(0.0, 7 / 16, 8 / 16, 1.0))["env_steps"] == 300  # exactly half counts
+    assert first_reaching(curve(0.0, 0.75, 0.25, 0.5))["env_steps"] == 200  # the earliest, even if a later one drops
+    assert first_reaching(list(reversed(curve(0.0, 0.6, 1.0))))["env_steps"] == 200  # by env steps, whatever the order
+    assert first_reaching(curve(0.0, 7 / 16, 0.49)) is None
+    assert first_reaching([]) is None
+    assert first_reaching(curve(0.2, 0.3), share=0.25)["env_steps"] == 200
 
 
 def b_rate_is(out: dict, rate: float) -> bool:
@@ -155,7 +154,7 @@ def b_rate_is(out: dict, rate: float) -> bool:
 def test_times_offsets_and_the_rule_on_synthetic_lap_shares(runs, monkeypatch) -> None:
     """Driving replaced by lap shares chosen per checkpoint: every number of the result checked by value."""
     monkeypatch.setattr(
-        ttq, "MIN_SPACING_STEPS", 0
+        ttq_routes, "MIN_SPACING_STEPS", 0
     )  # the tiny runs' checkpoints are a few thousand steps apart: drive them all
     root = runs["root"]
     shares = {"bicycle": [0.25, 0.5, 1.0], "direct": 0.0}
@@ -167,7 +166,7 @@ def test_times_offsets_and_the_rule_on_synthetic_lap_shares(runs, monkeypatch) -
             for i in range(len(entries))
         ]
 
-    monkeypatch.setattr(ttq, "drive_checkpoints", drive)
+    monkeypatch.setattr(ttq_routes, "drive_checkpoints", drive)
     params = _params(
         policies_in_models={"oracle": {"model": "bicycle"}}
     )  # the oracle has no policy here: reported missing
@@ -229,7 +228,7 @@ def test_times_offsets_and_the_rule_on_synthetic_lap_shares(runs, monkeypatch) -
 
 def test_every_checkpoint_drives_the_same_hold_out_runs(runs, monkeypatch) -> None:
     """The real thing on a one-track, one-start set: each checkpoint's run in the source, the JSON and the figure."""
-    monkeypatch.setattr(ttq, "MIN_SPACING_STEPS", 0)
+    monkeypatch.setattr(ttq_routes, "MIN_SPACING_STEPS", 0)
     root = runs["root"]
     out = ttq.time_to_quality(
         _params(),
@@ -288,7 +287,7 @@ def test_the_command_writes_the_metrics_and_the_figure(runs) -> None:
 
 
 def test_checkpoints_are_driven_at_least_100k_steps_apart() -> None:
-    from s3.evaluate.time_to_quality import spaced
+    from s3.evaluate.ttq_checkpoints import spaced
 
     entries = [{"env_steps": n} for n in range(25_000, 400_001, 25_000)]  # direct's pace
     assert [e["env_steps"] for e in spaced(entries)] == [25_000, 125_000, 225_000, 325_000, 400_000]  # the last always

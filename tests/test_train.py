@@ -242,7 +242,8 @@ def test_gru_policy_with_surface_label_trains_in_chunks(bicycle, root) -> None:
 
 
 def test_the_wall_clock_cap_stops_after_a_chunk_and_says_so(bicycle, root) -> None:
-    """A cap shorter than one chunk ends training after that chunk, and the policy says the clock, not the budget, stopped it."""
+    """A cap shorter than one chunk ends training after that chunk, and the policy says the clock, not the budget,
+    stopped it."""
     params = TrainParams.model_validate(
         {
             **TINY,

@@ -93,7 +93,8 @@ class Params(BaseModel):
         for name, entry in self.policies_in_models.items():
             if name == DIRECT:
                 raise ValueError(
-                    f"policies_in_models.{DIRECT}: {DIRECT!r} trains in the source simulator (train_direct), not in a model"
+                    f"policies_in_models.{DIRECT}: {DIRECT!r} trains in the source simulator (train_direct), not in "
+                    "a model"
                 )
             want = [name] if name in self.families else list(self.families)
             if entry.model not in want:
@@ -103,12 +104,13 @@ class Params(BaseModel):
                 raise ValueError(f"train.per_policy.{name}: not one of the policies ({', '.join(self.policies())})")
         if self.compute.backend == "ray" and self.compute.resources.train.num_gpus > 0 and self.train.device == "cpu":
             raise ValueError(
-                "compute.resources.train.num_gpus: training jobs hold a GPU but train.device is 'cpu' (set it to 'cuda' or 'auto')"
+                "compute.resources.train.num_gpus: training jobs hold a GPU but train.device is 'cpu' (set it to "
+                "'cuda' or 'auto')"
             )
         if self.compute.backend == "ray" and self.compute.resources.train.num_gpus == 0 and self.train.device == "cuda":
             raise ValueError(
-                "compute.resources.train.num_gpus: train.device is 'cuda' but training jobs ask no GPU, and on Ray a job that asks "
-                "none sees none (set num_gpus, e.g. 1, or train.device to 'auto' or 'cpu')"
+                "compute.resources.train.num_gpus: train.device is 'cuda' but training jobs ask no GPU, and on Ray "
+                "a job that asks none sees none (set num_gpus, e.g. 1, or train.device to 'auto' or 'cpu')"
             )
         return self
 
@@ -125,7 +127,8 @@ class Params(BaseModel):
         models = self.models()
         if policy not in models:
             raise ParamsError(
-                f"{policy!r} is not a policy trained in a model ({', '.join(models)}: params.yaml families, policies_in_models)"
+                f"{policy!r} is not a policy trained in a model ({', '.join(models)}: params.yaml families, "
+                "policies_in_models)"
             )
         return models[policy]
 
@@ -222,13 +225,15 @@ def _check_stage_lists(tree: dict[str, Any], params: Params, source: str) -> Non
     for fam in tree["families"]:
         if fam not in listed:
             raise ParamsError(
-                f"{source}: policies_in_models.{fam}: missing: the train stages come from this list (`<<: *families` carries every family)"
+                f"{source}: policies_in_models.{fam}: missing: the train stages come from this list (`<<: "
+                "*families` carries every family)"
             )
     per_policy = (tree.get("train") or {}).get("per_policy") or {}
     for name in params.policies():
         if name not in per_policy:
             raise ParamsError(
-                f"{source}: train.per_policy.{name}: missing: the evaluate stages come from this list and train@{name} tracks the entry (`{name}: {{}}`)"
+                f"{source}: train.per_policy.{name}: missing: the evaluate stages come from this list and "
+                f"train@{name} tracks the entry (`{name}: {{}}`)"
             )
 
 

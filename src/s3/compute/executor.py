@@ -33,9 +33,8 @@ Local backend. `workers == 1` runs the jobs in this process, one after another (
 start-up; a job that kills its process kills the stage). Otherwise they run in a process pool
 whose workers fork from a forkserver that imported `preload` once and end with this process
 (s3.workers); each job runs under this process's environment as it is when the job is submitted
-(the server's own is the one it started with). When a worker dies the pool breaks and every job in flight fails with it; those
-jobs are re-run one at a time in a pool of their own, so that a death there is charged to the
-job that caused it.
+(the server's own is the one it started with). When a worker dies the pool breaks and every job in flight fails with it;
+those jobs are re-run one at a time in a pool of their own, so that a death there is charged to the job that caused it.
 """
 
 from __future__ import annotations
@@ -277,7 +276,8 @@ class LocalExecutor(Executor):
             if not alone:
                 if broken:
                     self.say(
-                        f"a worker process died; re-running {', '.join(jobs[i].name for i in sorted(broken))} one at a time"
+                        f"a worker process died; re-running {', '.join(jobs[i].name for i in sorted(broken))} one "
+                        "at a time"
                     )
                 for i in sorted(broken):
                     attempts[i] -= 1  # a shared pool's death is not (yet) charged to any one job
@@ -292,7 +292,8 @@ class LocalExecutor(Executor):
                     outcomes[i].causes.append("worker process died")
                     wait_s = self.policy.wait_s(attempts[i])
                     self.say(
-                        f"{jobs[i].name}: worker process died; retry {attempts[i]}/{self.policy.retries} in {wait_s:g} s"
+                        f"{jobs[i].name}: worker process died; retry {attempts[i]}/{self.policy.retries} in "
+                        f"{wait_s:g} s"
                     )
                     not_before[i] = time.monotonic() + wait_s
                     suspects.appendleft(i)

@@ -74,8 +74,9 @@ class ComputeParams(BaseModel):
     )
     address: str = Field(
         "",
-        description="ray backend: '' starts a local Ray instance bound to 127.0.0.1 for the stage; 'auto' or 'host:6379' joins "
-        "a running cluster (this machine must be one of its nodes); 'ray://host:10001' joins one through Ray Client",
+        description="ray backend: '' starts a local Ray instance bound to 127.0.0.1 for the stage; 'auto' or "
+        "'host:6379' joins a running cluster (this machine must be one of its nodes); 'ray://host:10001' joins one "
+        "through Ray Client",
     )
     local_cpus: int = Field(
         0, ge=0, le=4096, description="ray backend, address '': CPUs of the local instance (0: every core)"
@@ -86,8 +87,8 @@ class ComputeParams(BaseModel):
         1.0,
         gt=0.0,
         le=1.0,
-        description="collect and evaluate exit non-zero when at least this share of their episodes / runs is lost after the "
-        "retries (1.0: only when all is lost); any loss is reported",
+        description="collect and evaluate exit non-zero when at least this share of their episodes / runs is lost "
+        "after the retries (1.0: only when all is lost); any loss is reported",
     )
 
     @field_validator("address")

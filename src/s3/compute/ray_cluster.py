@@ -41,7 +41,8 @@ def connect(compute: ComputeParams, instances: Sequence[str] = ()) -> Any:
     if compute.address == "" and not _has_token() and not (loaded and loaded.is_initialized()):
         if loaded is not None:  # Ray read its settings on import: a token set now would not be used
             raise RayUnavailable(
-                "Ray was imported before s3 could give its local instance a token: set RAY_AUTH_TOKEN (or import ray after s3 connects)"
+                "Ray was imported before s3 could give its local instance a token: set RAY_AUTH_TOKEN (or import "
+                "ray after s3 connects)"
             )
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(
             32
@@ -69,8 +70,8 @@ def connect(compute: ComputeParams, instances: Sequence[str] = ()) -> Any:
     missing = [instance_resource(a) for a in instances if have.get(instance_resource(a), 0) < 1]
     if missing:
         raise RayUnavailable(
-            f"no Ray node declares the simulator instance resource(s) {', '.join(missing)}: start the node that reaches each "
-            f"instance with `ray start ... --resources '{{\"{missing[0]}\": 1}}'` (docs/cluster.md)"
+            f"no Ray node declares the simulator instance resource(s) {', '.join(missing)}: start the node that "
+            f"reaches each instance with `ray start ... --resources '{{\"{missing[0]}\": 1}}'` (docs/cluster.md)"
         )
     return ray
 
@@ -86,7 +87,8 @@ def _loopback_only() -> Iterator[None]:
     resolve = getattr(services, "resolve_ip_for_localhost", None)
     if resolve is None:
         raise RayUnavailable(
-            f"ray {_version()}: ray._private.services.resolve_ip_for_localhost is gone; s3 cannot keep a local instance on 127.0.0.1"
+            f"ray {_version()}: ray._private.services.resolve_ip_for_localhost is gone; s3 cannot keep a local "
+            "instance on 127.0.0.1"
         )
     services.resolve_ip_for_localhost = lambda host: host
     try:
@@ -148,10 +150,12 @@ def check_fits(ray: Any, key: str, resources: JobResources, instances: Sequence[
             )
     if not any(fits(n, want) for n in nodes):
         raise RayUnavailable(
-            f"{key}: a job asks {want['CPU']:g} CPUs and {want['GPU']:g} GPUs on one node; no node of the Ray cluster has both"
+            f"{key}: a job asks {want['CPU']:g} CPUs and {want['GPU']:g} GPUs on one node; no node of the Ray "
+            "cluster has both"
         )
     for address in instances:
         if not any(fits(n, {**want, instance_resource(address): 1.0}) for n in nodes):
             raise RayUnavailable(
-                f"{key}: the node that declares {instance_resource(address)} has fewer than {want['CPU']:g} CPUs / {want['GPU']:g} GPUs"
+                f"{key}: the node that declares {instance_resource(address)} has fewer than {want['CPU']:g} CPUs / "
+                f"{want['GPU']:g} GPUs"
             )

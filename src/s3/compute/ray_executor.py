@@ -148,8 +148,8 @@ class RayExecutor(Executor):
                 f"simulator instance {instance}: no live Ray node declares {instance_resource(instance)} any more"
             )
         return RayUnavailable(
-            f"{self.key}: {job.name} asks {self.resources.num_cpus:g} CPUs and {self.resources.num_gpus:g} GPUs on one node, "
-            "and no live node of the Ray cluster has them any more (a node left the cluster)"
+            f"{self.key}: {job.name} asks {self.resources.num_cpus:g} CPUs and {self.resources.num_gpus:g} GPUs on "
+            "one node, and no live node of the Ray cluster has them any more (a node left the cluster)"
         )
 
     def run(self, jobs: Sequence[Job], on_done: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:

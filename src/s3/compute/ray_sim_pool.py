@@ -74,8 +74,9 @@ class RaySimPool(SimPool):
         if room < 1:
             free = ray.available_resources()
             raise SourceWorkerError(
-                f"compute.resources.source_env: a source-sim actor asks {r.num_cpus:g} CPUs and {r.num_gpus:g} GPUs on one node; the Ray cluster has "
-                f"{free.get('CPU', 0.0):g} CPUs and {free.get('GPU', 0.0):g} GPUs free now (other jobs or actors hold the rest): lower them, or add nodes"
+                f"compute.resources.source_env: a source-sim actor asks {r.num_cpus:g} CPUs and {r.num_gpus:g} GPUs "
+                f"on one node; the Ray cluster has {free.get('CPU', 0.0):g} CPUs and {free.get('GPU', 0.0):g} GPUs "
+                "free now (other jobs or actors hold the rest): lower them, or add nodes"
             )
         if room < wanted:
             print(

@@ -69,8 +69,8 @@ def check_lost(stage: str, lost: int, total: int, fail_at_share: float, first_er
     if total <= 0 or lost <= 0 or lost / total < fail_at_share:
         return
     raise TooMuchLost(
-        f"{stage}: {lost} of {total} lost to the simulator after the retries (compute.fail_at_lost_share {fail_at_share:g}); "
-        f"first error: {first_error}; see {record}"
+        f"{stage}: {lost} of {total} lost to the simulator after the retries (compute.fail_at_lost_share "
+        f"{fail_at_share:g}); first error: {first_error}; see {record}"
     )
 
 

@@ -145,8 +145,9 @@ class DynamicsModel(nn.Module):
             or action.shape != (n, self.action_dim)
         ):
             raise ValueError(
-                f"{self.family}: expected history_states [N,{self.history},{self.state_dim}], history_actions [N,{self.history},{self.action_dim}], "
-                f"action [N,{self.action_dim}]; got {tuple(history_states.shape)}, {tuple(history_actions.shape)}, {tuple(action.shape)}"
+                f"{self.family}: expected history_states [N,{self.history},{self.state_dim}], history_actions "
+                f"[N,{self.history},{self.action_dim}], action [N,{self.action_dim}]; got "
+                f"{tuple(history_states.shape)}, {tuple(history_actions.shape)}, {tuple(action.shape)}"
             )
         if self.use_mu and mu is None:
             raise ValueError(f"{self.family}: this model was trained with the friction label; pass mu [N]")

@@ -79,7 +79,8 @@ class DistillParams(_Section):
     single_track_substeps: int = Field(2, ge=1, le=50, description="RK4 substeps per control period")
     combined_slip: bool = Field(
         False,
-        description="friction ellipse per axle in the single-track physics of ddm and dytr (drive and brake use up lateral grip)",
+        description="friction ellipse per axle in the single-track physics of ddm and dytr (drive and brake use up "
+        "lateral grip)",
     )
     loss: LossWeights = LossWeights()
     eval_stride: int = Field(5, ge=1, description="steps between open-loop test rollout starts")

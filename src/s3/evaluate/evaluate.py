@@ -12,12 +12,12 @@ each figure with its interval and n: over the suite and per circuit, and per see
 atomically to `out_json` (conventionally metrics/eval/<name>.json); figures under `plots_dir`.
 
 Each run is a job of the executor (s3.compute.executor; `evaluate.workers` at once, one per
-BeamNG instance; or Ray tasks, with a policy's files shipped to them), so runs go side by side and the project's one retry policy applies: a
-run whose simulator connection was lost says nothing about the driver and is re-run on a fresh
-simulator; a run still lost after the retries is left out of the summaries and listed under
-"lost" with the error; "retried" lists runs that needed retries and then succeeded. A simulator
-that cannot be reached at all stops the stage with a SimulatorError. Factories must be picklable
-(class instances such as PidFactory or PolicyFactory), as jobs may run in workers.
+BeamNG instance; or Ray tasks, with a policy's files shipped to them), so runs go side by side and the project's one
+retry policy applies: a run whose simulator connection was lost says nothing about the driver and is re-run on a fresh
+simulator; a run still lost after the retries is left out of the summaries and listed under "lost" with the error;
+"retried" lists runs that needed retries and then succeeded. A simulator that cannot be reached at all stops the stage
+with a SimulatorError. Factories must be picklable (class instances such as PidFactory or PolicyFactory), as jobs may
+run in workers.
 """
 
 from __future__ import annotations
@@ -281,7 +281,8 @@ def evaluate_baseline(
 
 
 def transfer_gap(source: dict[str, Any], distilled: dict[str, Any]) -> dict[str, Any]:
-    """Source-minus-distilled differences of two summary blocks (s3.evaluate.suite) of the same driver, runs and circuits.
+    """Source-minus-distilled differences of two summary blocks (s3.evaluate.suite) of the same driver, runs and
+    circuits.
 
     Positive lap-time gap = slower in the source simulator; negative completion gap = completes
     less often there.

@@ -204,7 +204,10 @@ def two_level_bootstrap(
             "no seed-to-seed spread in it, so it understates the uncertainty about the policy"
         )
     else:
-        method = f"two-level percentile bootstrap: {k} seeds with replacement, then runs within each drawn seed ({n_resamples} resamples, seed {seed})"
+        method = (
+            f"two-level percentile bootstrap: {k} seeds with replacement, then runs within each drawn seed "
+            f"({n_resamples} resamples, seed {seed})"
+        )
     return Interval(estimate, low, high, k, n_units, confidence, method)
 
 
@@ -242,7 +245,10 @@ def difference_bootstrap(
     rng = np.random.default_rng(seed)
     draws = _two_level_draws(a, n_resamples, rng) - _two_level_draws(b, n_resamples, rng)
     low, high = percentiles(draws, confidence)
-    method = f"difference of two-level percentile bootstraps, A ({ka} seeds) and B ({kb} seeds) resampled independently ({n_resamples} resamples, seed {seed})"
+    method = (
+        f"difference of two-level percentile bootstraps, A ({ka} seeds) and B ({kb} seeds) resampled independently "
+        f"({n_resamples} resamples, seed {seed})"
+    )
     if min(ka, kb) == 1:
         method += "; a side with one seed has no seed-to-seed spread in it, so the interval understates the uncertainty"
     return Interval(estimate, low, high, ka + kb, n_units, confidence, method, **sizes)

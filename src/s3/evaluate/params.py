@@ -69,8 +69,9 @@ class EvaluateParams(_Section):
 
     tracks: list[str] = Field(
         default_factory=lambda: ["road_course", "street", "flowing"],
-        description="the evaluation suite: built-in circuits (road_course, street, flowing, short) or paths to racing CSVs "
-        "(x_m, y_m, w_tr_right_m, w_tr_left_m; ice from a <name>.ice.csv sidecar or placed by the documented rule)",
+        description="the evaluation suite: built-in circuits (road_course, street, flowing, short) or paths to "
+        "racing CSVs (x_m, y_m, w_tr_right_m, w_tr_left_m; ice from a <name>.ice.csv sidecar or placed by the "
+        "documented rule)",
     )
     conditions: list[Literal["nominal", "ice"]] = Field(default_factory=lambda: ["nominal", "ice"])
     start_fractions: list[float] = Field(

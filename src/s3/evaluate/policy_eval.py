@@ -112,7 +112,8 @@ def evaluate_policy(
     models_dir: str | Path | None = None,
     distilled: bool = True,
 ) -> dict[str, Any]:
-    """Source-simulator evaluation of every seed of policies/<name>/, plus (distilled=True) its transfer gap and its model's probes, in one JSON."""
+    """Source-simulator evaluation of every seed of policies/<name>/, plus (distilled=True) its transfer gap and its
+    model's probes, in one JSON."""
     seeds = [(seed, PolicyFactory(f)) for seed, f in policy_seeds(folder)]
     result = evaluate_driver(name, seeds, params, out_json, plots_dir)
     if not distilled:

@@ -38,7 +38,8 @@ def score(params: PidParams, n_tracks: int = 12, verbose: bool = False) -> dict[
                 times[cond].append(float(r.lap_time or 0.0) / t.length * 1000.0)
             if verbose:
                 print(
-                    f"  {seed} {cond:7s} {t.length:6.0f} m  {r.reason:9s} {r.lap_time or float('nan'):6.1f} s  progress {r.progress:6.0f} m"
+                    f"  {seed} {cond:7s} {t.length:6.0f} m  {r.reason:9s} {r.lap_time or float('nan'):6.1f} s  "
+                    f"progress {r.progress:6.0f} m"
                 )
     return {
         "nominal_completion": float(np.mean(out["nominal"])),

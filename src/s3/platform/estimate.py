@@ -126,7 +126,8 @@ def report(root: Path = Path("."), probe_s: float = 1.5) -> list[str]:
     fixed = ", ".join(sorted(set(ref.get("unscaled", [])) & set(stages)))
     head = (
         f"make run: {len(stages)} stage(s) to run, about {_duration(sum(known))} on this machine (an estimate: the "
-        f"stage times of {ref['run_log']} on {ref['machine']}, x {factor:.2f} from a {2 * probe_s:.0f}-s speed probe here"
+        f"stage times of {ref['run_log']} on {ref['machine']}, x {factor:.2f} from a {2 * probe_s:.0f}-s speed "
+        "probe here"
         + (f"; {fixed}: a fixed wall-clock budget" if fixed else "")
         + (f"; no recorded time for {', '.join(unknown)}" if unknown else "")
         + ")"

@@ -52,7 +52,10 @@ class Check:
         bound = (
             "" if self.limit is None else (f", limit {'>=' if self.kind == 'completion' else '<='} {self.limit:.4g}")
         )
-        return f"{'ok  ' if self.ok else 'FAIL'} {self.kind:<10} {self.file} {self.key}: {f(self.baseline)} -> {f(self.current)}{change}{bound}"
+        return (
+            f"{'ok  ' if self.ok else 'FAIL'} {self.kind:<10} {self.file} {self.key}: {f(self.baseline)} -> "
+            f"{f(self.current)}{change}{bound}"
+        )
 
 
 def _kind(file: str, key: str, p: RegressParams) -> Kind | None:
@@ -193,15 +196,17 @@ def summary(
     if unjudged:
         keys = ", ".join(quality_keys or ["the quality keys"])
         lines.append(
-            f"policy quality NOT judged in {len(unjudged)} file(s): the baseline has none of {keys} for {', '.join(unjudged)} "
-            "(an older metrics layout? record a baseline with `s3 regress --record`, or compare with a ref whose metrics have them)"
+            f"policy quality NOT judged in {len(unjudged)} file(s): the baseline has none of {keys} for "
+            f"{', '.join(unjudged)} (an older metrics layout? record a baseline with `s3 regress --record`, or "
+            "compare with a ref whose metrics have them)"
         )
         caveat = f"; policy quality not judged in {len(unjudged)} file(s)"
     files = len({c.file for c in checks})
     if bad:
         worst = {c.file for c in bad}
         lines.append(
-            f"REGRESSION against {against}: {len(bad)} of {len(checks)} checks failed in {len(worst)} of {files} file(s){caveat}"
+            f"REGRESSION against {against}: {len(bad)} of {len(checks)} checks failed in {len(worst)} of {files} "
+            f"file(s){caveat}"
         )
     else:
         lines.append(

@@ -12,10 +12,10 @@ this n). A claim whose inputs were not run says so ("not run") and has no verdic
    interval: the effect, a bound when a route never reached quality, is stated and the verdict is
    "cannot tell" at n = 1).
 2. physically grounded models give smoother, safer policies: the grounded families (ddm, dytr)
-   against the black-box one (the transformer; s3.catalog says which is which) on steering rate and jerk, lateral jerk, time off the road (lower is better) and
-   minimum edge margin (higher is better); per run over the suite and both conditions, the
-   difference of the seed means with a two-level bootstrap interval (each policy's seeds
-   resampled, then their runs).
+   against the black-box one (the transformer; s3.catalog says which is which) on steering rate
+   and jerk, lateral jerk, time off the road (lower is better) and minimum edge margin (higher is
+   better); per run over the suite and both conditions, the difference of the seed means with a
+   two-level bootstrap interval (each policy's seeds resampled, then their runs).
 3. predictive accuracy predicts policy quality: Spearman rho of (ADE 2 s, quality) over models
    (the families and the graded-accuracy variants), p by permuting models (exact; s3.report.stats
    .model_correlation), interval by a paired bootstrap over models (descriptive). Claimed direction:
@@ -183,7 +183,8 @@ def friction(ablation: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     blind = ablation.get("diverse_blind")
     return [
         row(
-            "high friction diversity without surface labels gives a higher ice lap share than low diversity without labels",
+            "high friction diversity without surface labels gives a higher ice lap share than low diversity without "
+            "labels",
             blind,
             ablation.get("narrow_blind"),
             {v: quality(d.get("eval")) for v, d in ablation.items()},

@@ -22,7 +22,8 @@ EXACT_P_MAX_N = 8  # up to 8! = 40320 orderings
 
 
 def quality_ranks(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """Rank 1 = best: higher mean completion, then lap share driven, then shorter nominal, then ice lap time; ties averaged."""
+    """Rank 1 = best: higher mean completion, then lap share driven, then shorter nominal, then ice lap time; ties
+    averaged."""
 
     def key(r: Mapping[str, Any]) -> tuple[float, ...]:
         shares = [get(r, "policy", c, "lap_share") for c in CONDITIONS]

@@ -196,21 +196,22 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
     direct = (
         f"direct PPO in the source simulator: not run: {d['skipped']}"
         if d.get("skipped")
-        else f"direct PPO in the source simulator: {d['text']}, {steps} env steps with {_f(d['workers'], 0)} workers "
-        f"({_f(d['real_time_factor_per_worker'], 1)}x real time per worker); at real time: {duration(d['real_time_wall_s'])}; one seed (its budget is the machine's wall clock)"
+        else f"direct PPO in the source simulator: {d['text']}, {steps} env steps with {_f(d['workers'], 0)} "
+        f"workers ({_f(d['real_time_factor_per_worker'], 1)}x real time per worker); at real time: "
+        f"{duration(d['real_time_wall_s'])}; one seed (its budget is the machine's wall clock)"
     )
     return [
         f"control period: {_f(eff['control_dt'], 3)} s",
         f"collection: {duration(c['wall_s'])} for {rows} control steps with {_f(c['workers'], 0)} workers "
-        f"({_f(c['real_time_factor_per_worker'], 1)}x real time per worker); at real time: {duration(c['real_time_car_s'])} "
-        f"of one car, {duration(c['real_time_wall_s'])} with the same workers",
+        f"({_f(c['real_time_factor_per_worker'], 1)}x real time per worker); at real time: "
+        f"{duration(c['real_time_car_s'])} of one car, {duration(c['real_time_wall_s'])} with the same workers",
         *[f"distill {n}: {duration(m['distill_wall_s'])}" for n, m in eff["families"].items()],
         direct,
         _budget_line(eff.get("direct_budget_rule") or {}),
         *[
             f"{name}: the seed chosen in the source simulator ({r['selection']['rule']}); the choice drove "
-            f"{_f(r['selection']['source_car_steps'], 0)} car steps there, {duration(r['selection'].get('source_real_time_one_instance_s'))} "
-            "on one real-time instance"
+            f"{_f(r['selection']['source_car_steps'], 0)} car steps there, "
+            f"{duration(r['selection'].get('source_real_time_one_instance_s'))} on one real-time instance"
             for name, r in report["rows"].items()
             if r["kind"] == "selected"
         ],
@@ -220,7 +221,10 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
 def _budget_line(rule: Mapping[str, Any]) -> str:
     """Whether direct's budget kept its rule on this run."""
     verdict = {True: "met", False: "NOT met", None: "not checked (inputs missing)"}[rule.get("holds")]
-    return f"direct's budget rule (>= the slowest family's collect + distill + every seed's RL): {duration(rule.get('budget_s'))} vs {duration(rule.get('max_family_route_s'))}: {verdict}"
+    return (
+        "direct's budget rule (>= the slowest family's collect + distill + every seed's RL): "
+        f"{duration(rule.get('budget_s'))} vs {duration(rule.get('max_family_route_s'))}: {verdict}"
+    )
 
 
 def _table(title: str, columns: Iterable[str], rows: list[list[str]]) -> Table:
@@ -242,7 +246,8 @@ def claims_table(report: Mapping[str, Any]) -> Table:
 def report_table(report: Mapping[str, Any]) -> Table:
     """Prediction accuracy next to policy quality, one row per policy."""
     return _table(
-        "report: prediction accuracy (held-out rollouts) vs policy quality (source simulator, evaluation suite, every seed)",
+        "report: prediction accuracy (held-out rollouts) vs policy quality (source simulator, evaluation suite, "
+        "every seed)",
         MAIN_COLUMNS,
         main_rows(report),
     )
@@ -267,14 +272,17 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
     figs = [f"![{Path(f).stem}]({os.path.relpath(Path(f).resolve(), Path(reports_dir).resolve())})" for f in figures]
     parts = [
         "# s3 report: prediction accuracy vs policy quality",
-        f"Generated from `{report['metrics_dir']}`. Bit-identical results hold on one machine only (the same clone on another "
-        "machine of the same kind trained other policies): the conclusions rest on the intervals, which state their n.",  # when and on which host: metrics/report.json (the same metrics, the same bytes)
+        # when and on which host: metrics/report.json (the same metrics, the same bytes)
+        f"Generated from `{report['metrics_dir']}`. Bit-identical results hold on one machine only (the same clone "
+        "on another machine of the same kind trained other policies): the conclusions rest on the intervals, which "
+        "state their n.",
         "## Accuracy vs policy quality",
         _md_table(MAIN_COLUMNS, main_rows(report)),
         "Transfer gap: completion / lap time, source minus distilled environment.",
         "## The paper's claims",
-        "Verdict rule, fixed before the results: two-sided 95 % intervals; *holds* when the interval of the effect excludes zero "
-        "in the claimed direction, *does not hold* when it excludes zero the other way, *cannot tell* otherwise (at this n).",
+        "Verdict rule, fixed before the results: two-sided 95 % intervals; *holds* when the interval of the effect "
+        "excludes zero in the claimed direction, *does not hold* when it excludes zero the other way, *cannot tell* "
+        "otherwise (at this n).",
         _md_table(CLAIM_COLUMNS, claim_rows(report)),
         "## Does better prediction give a better policy?",
         "Spearman rho of (prediction error, quality rank), +1 = better prediction goes with a better policy:",
@@ -305,7 +313,8 @@ README_COLUMNS = (
 
 
 def readme_rows(report: Mapping[str, Any]) -> list[list[str]]:
-    """Per policy over the evaluation suite: completion and lap share (mean over seeds [95 % interval]), lap time (n laps)."""
+    """Per policy over the evaluation suite: completion and lap share (mean over seeds [95 % interval]), lap time (n
+    laps)."""
     out = []
     for name, r in report["rows"].items():
         pol = r.get("policy") or {}
@@ -324,11 +333,12 @@ def readme_table(report: Mapping[str, Any]) -> str:
     quality over the evaluation suite, then the paper's claims with effect, interval, n and verdict."""
     return "\n\n".join(
         [
-            "Per policy, every training seed on the evaluation suite (every circuit, four starts each): laps completed and lap "
-            "share as the mean over seeds [95 % two-level bootstrap interval], n = seeds / runs; lap time over the completed laps, n = laps.",
+            "Per policy, every training seed on the evaluation suite (every circuit, four starts each): laps "
+            "completed and lap share as the mean over seeds [95 % two-level bootstrap interval], n = seeds / runs; "
+            "lap time over the completed laps, n = laps.",
             _md_table(README_COLUMNS, readme_rows(report)),
-            "The paper's claims (two-sided 95 %, verdict rule fixed in advance; at K = 3 seeds per policy a verdict is provisional: "
-            "[docs/statistics.md](docs/statistics.md)):",
+            "The paper's claims (two-sided 95 %, verdict rule fixed in advance; at K = 3 seeds per policy a verdict "
+            "is provisional: [docs/statistics.md](docs/statistics.md)):",
             _md_table(CLAIM_COLUMNS, claim_rows(report)) if report.get("claims") else "(no claim rows in this report)",
         ]
     )

@@ -66,10 +66,11 @@ DEFINITIONS = {
     "from the same start for 3 s in the source simulator and in the model, on open asphalt and on open ice (mu 0.15); "
     "mean position error (m) after 3 s per surface, and in how many of the 8 manoeuvres model and source agree on "
     "whether the car slid (|sideslip| > 0.5 rad)",
-    "policy_quality": "every training seed of the policy back in the source simulator on the evaluation suite (held-out "
-    "circuits, nominal and with ice, four starts each): completion rate and lap share as the mean over seeds of each "
-    "seed's share, with a 95 % two-level bootstrap interval (seeds, then their runs), n = seeds and runs; lap time over "
-    "the completed laps only, with their number. The distillation seed is fixed: each family is one distillation draw",
+    "policy_quality": "every training seed of the policy back in the source simulator on the evaluation suite "
+    "(held-out circuits, nominal and with ice, four starts each): completion rate and lap share as the mean over "
+    "seeds of each seed's share, with a 95 % two-level bootstrap interval (seeds, then their runs), n = seeds and "
+    "runs; lap time over the completed laps only, with their number. The distillation seed is fixed: each family is "
+    "one distillation draw",
     "quality_rank": "families ordered by mean completion rate ((nominal + ice) / 2, higher is better), ties broken "
     "by the mean share of the lap driven before failing (nominal and ice; higher is better), then by the nominal "
     "then the ice lap time (shorter is better; no completed lap counts as slowest); rank 1 = best, "
@@ -81,10 +82,10 @@ DEFINITIONS = {
     "have both or one side is constant",
     "transfer_gap": "same policy, same track: source-simulator minus distilled-environment value (negative completion "
     "gap = completes less often in the source simulator; positive lap-time gap = slower there)",
-    "rl_wall_to_policy": "wall clock of the RL phase (train wall_s; with train.seeds > 1, that of all seeds, trained side by side) of a policy whose nominal completion rate in the "
-    "source simulator is > 0; otherwise 'not reached'. For `direct` (PPO in the source simulator) its wall_s, or, "
-    "when it never completes the nominal lap, 'not reached within budget B' and the speed-up is a lower bound "
-    "(>= B / t_distilled)",
+    "rl_wall_to_policy": "wall clock of the RL phase (train wall_s; with train.seeds > 1, that of all seeds, "
+    "trained side by side) of a policy whose nominal completion rate in the source simulator is > 0; otherwise 'not "
+    "reached'. For `direct` (PPO in the source simulator) its wall_s, or, when it never completes the nominal lap, "
+    "'not reached within budget B' and the speed-up is a lower bound (>= B / t_distilled)",
     "speedup": "t_direct / t_distilled (RL phase only)",
     "one_time_cost": "collection wall clock (metrics/collect.json) + that family's distill wall clock (total_wall_s: "
     "data loading, training and the accuracy evaluation); paid once, shared by every policy trained on the model",

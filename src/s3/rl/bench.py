@@ -78,7 +78,8 @@ def bench_env(
     direct_seconds: float = 3.0,
     direct_workers: int = 0,
 ) -> dict[str, Any]:
-    """Environment and PPO steps per second for each N in `sizes`, against the source simulator (see the module docstring)."""
+    """Environment and PPO steps per second for each N in `sizes`, against the source simulator (see the module
+    docstring)."""
     params = params or TrainParams()
     dev = resolve_device(device)
     if model is None:

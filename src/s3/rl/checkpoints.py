@@ -53,7 +53,8 @@ def _save_state(path: Path, state: State) -> None:
 
 
 def write_checkpoints(folder: str | Path, checkpoints: Iterable[dict[str, Any]], meta: dict[str, Any]) -> Path:
-    """Replace <folder>/checkpoints/ with `checkpoints` (each {"iteration", "env_steps", "actor": state}); returns it."""
+    """Replace <folder>/checkpoints/ with `checkpoints` (each {"iteration", "env_steps", "actor": state}); returns
+    it."""
     out = Path(folder) / DIR
     shutil.rmtree(out, ignore_errors=True)
     entries = []
@@ -68,7 +69,8 @@ def write_checkpoints(folder: str | Path, checkpoints: Iterable[dict[str, Any]],
 def add_checkpoint(
     folder: str | Path, actor_state: State, iteration: int, env_steps: int, meta: dict[str, Any]
 ) -> None:
-    """Add one checkpoint to <folder>/checkpoints/ (weights first, then the index: a killed run leaves a readable index)."""
+    """Add one checkpoint to <folder>/checkpoints/ (weights first, then the index: a killed run leaves a readable
+    index)."""
     out = Path(folder) / DIR
     index = read_index(folder) or {**_header(meta), "checkpoints": []}
     name = f"{int(env_steps)}.safetensors"

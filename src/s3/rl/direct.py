@@ -82,8 +82,8 @@ def skip_reason(params: Params) -> str | None:
     if backend.side_by_side:
         return None
     return (
-        f"direct (PPO inside the source simulator) needs many cars stepped side by side, i.e. sim.backend {side_by_side_names()}; "
-        f"{backend.not_side_by_side}, so it is not run"
+        "direct (PPO inside the source simulator) needs many cars stepped side by side, i.e. sim.backend "
+        f"{side_by_side_names()}; {backend.not_side_by_side}, so it is not run"
     )
 
 
@@ -106,7 +106,8 @@ def train_direct(
     budget_s: float | None = None,
     run: Run | None = None,
 ) -> dict[str, Any]:
-    """PPO in the source simulator for `budget_s` (default train.direct.budget_s), logging into `run`; see the module docstring."""
+    """PPO in the source simulator for `budget_s` (default train.direct.budget_s), logging into `run`; see the module
+    docstring."""
     reason = skip_reason(params)
     if reason is not None:
         print(f"train direct: skipped: {reason}", file=sys.stderr, flush=True)

@@ -44,7 +44,9 @@ from s3.io import atomic_path, json_safe, write_json_atomic
 from s3.task.actions import policy_to_command
 
 WEIGHTS, EXPORT, META = "policy.safetensors", "policy.onnx", "policy.json"
-OPSET = 18  # the oldest opset torch's exporter writes natively (its default is 20): read by onnxruntime >= 1.14 and other current runtimes
+# the oldest opset torch's exporter writes natively (its default is 20): read by onnxruntime >= 1.14 and other current
+# runtimes
+OPSET = 18
 EXPORT_FORMAT = "s3-policy-onnx-1"
 # What a run measured about itself rather than about the policy: kept out of policy.json (the
 # stage's metrics file has them), so the same weights and params give the same file bytes.
@@ -127,7 +129,8 @@ def as_callable(module: nn.Module, recurrent: bool) -> Callable[[Tensor], Tensor
 
 
 def export_spec(module: nn.Module) -> dict[str, Any]:
-    """How to call the exported graph of `module` (a DeployedPolicy or DeployedRecurrentPolicy): policy.json's "export"."""
+    """How to call the exported graph of `module` (a DeployedPolicy or DeployedRecurrentPolicy): policy.json's
+    "export"."""
     spec: dict[str, Any] = {
         "file": EXPORT,
         "format": EXPORT_FORMAT,
@@ -140,7 +143,8 @@ def export_spec(module: nn.Module) -> dict[str, Any]:
             inputs=["obs", "h"],
             outputs=["cmd", "h_next"],
             state_shape=[module.num_layers, "B", module.hidden_size],
-            signature="cmd[B,3], h_next[L,B,H] = policy(obs[B,D], h[L,B,H]); h = zeros at an episode start, then h_next",
+            signature="cmd[B,3], h_next[L,B,H] = policy(obs[B,D], h[L,B,H]); h = zeros at an episode start, then "
+            "h_next",
         )
     else:
         spec["signature"] = "cmd[B,3] = policy(obs[B,D])"

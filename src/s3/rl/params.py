@@ -139,8 +139,9 @@ class DirectParams(_Section):
         900.0,
         gt=0.0,
         le=10**6,
-        description="wall-clock budget of the whole run (worker start, PPO, validation, export). The rule: at least the distilled "
-        "route's whole wall clock for one family (collect + distill + its K seeds' training) on the same machine; the report checks it",
+        description="wall-clock budget of the whole run (worker start, PPO, validation, export). The rule: at least "
+        "the distilled route's whole wall clock for one family (collect + distill + its K seeds' training) on the "
+        "same machine; the report checks it",
     )
     workers: int = Field(0, ge=0, le=256, description="simulator worker processes (0 = one per core)")
     num_envs: int = Field(
@@ -163,8 +164,8 @@ class DirectParams(_Section):
         None,
         gt=0.0,
         le=3600.0,
-        description="optional cap on each validation episode (s of driving); none = the distilled policies' rule (a lap, a failure, "
-        "or the lap length at validation_min_speed), so both routes choose checkpoints the same way",
+        description="optional cap on each validation episode (s of driving); none = the distilled policies' rule (a "
+        "lap, a failure, or the lap length at validation_min_speed), so both routes choose checkpoints the same way",
     )
     worker_timeout_s: float = Field(300.0, gt=0.0, le=86400.0, description="a worker silent this long is declared hung")
 
@@ -177,14 +178,16 @@ class TrainParams(_Section):
         1,
         ge=1,
         le=64,
-        description="independent PPO runs per policy (seeds seed, seed+1, ...), each for the full budget: every one is kept and "
-        "evaluated (the unit of policy quality); policies/<name>/ also holds the one seed_selection picks, for export (s3.rl.seeds). "
-        "`direct` always runs one. params.yaml: 3 (params_paper.yaml: 10); the class default 1 suits tests and one-off runs",
+        description="independent PPO runs per policy (seeds seed, seed+1, ...), each for the full budget: every one "
+        "is kept and evaluated (the unit of policy quality); policies/<name>/ also holds the one seed_selection "
+        "picks, for export (s3.rl.seeds). `direct` always runs one. params.yaml: 3 (params_paper.yaml: 10); the "
+        "class default 1 suits tests and one-off runs",
     )
     seed_selection: Literal["model", "source"] = Field(
         "model",
-        description="where the seeds are compared: 'model' = the in-model validation score; 'source' = the same score in the source "
-        "simulator on the first source_validation_tracks validation tracks (s3.rl.source_selection; a sim.backend whose cars step side by side)",
+        description="where the seeds are compared: 'model' = the in-model validation score; 'source' = the same "
+        "score in the source simulator on the first source_validation_tracks validation tracks "
+        "(s3.rl.source_selection; a sim.backend whose cars step side by side)",
     )
     source_validation_tracks: int = Field(
         16, ge=1, le=4096, description="validation tracks driven in the source when seed_selection is 'source'"
@@ -193,7 +196,8 @@ class TrainParams(_Section):
         0,
         ge=0,
         le=64,
-        description="seed runs trained at once, one process each (0 = as many as the CPU cores hold at torch_threads each)",
+        description="seed runs trained at once, one process each (0 = as many as the CPU cores hold at "
+        "torch_threads each)",
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     torch_threads: int = Field(0, ge=0, le=256, description="torch intra-op threads (0 = torch default)")
@@ -204,7 +208,8 @@ class TrainParams(_Section):
         12.0,
         gt=0.0,
         le=10000.0,
-        description="safety cap: stop PPO after this wall time (checked between chunks; the result then depends on the machine)",
+        description="safety cap: stop PPO after this wall time (checked between chunks; the result then depends on "
+        "the machine)",
     )
     chunk_iterations: int = Field(20, ge=1, le=100000, description="PPO iterations between validations")
     validation_min_speed: float = Field(
@@ -218,8 +223,8 @@ class TrainParams(_Section):
     )
     road_course_check: bool = Field(
         True,
-        description="after training, drive the nominal road course once in the model (information only; params.yaml: false, the road "
-        "course belongs to the evaluation suite)",
+        description="after training, drive the nominal road course once in the model (information only; "
+        "params.yaml: false, the road course belongs to the evaluation suite)",
     )
     env: EnvParams = EnvParams()
     tracks: TrackPoolParams = TrackPoolParams()
@@ -228,8 +233,9 @@ class TrainParams(_Section):
     progress_bar: bool = True
     per_policy: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
-        description="overrides of the keys above for one policy (a family, oracle or direct), e.g. {ddm: {max_env_steps: 8000000}}: "
-        "dvc.yaml tracks each policy's entry only in that policy's stages (the names: s3.config.Params)",
+        description="overrides of the keys above for one policy (a family, oracle or direct), e.g. {ddm: "
+        "{max_env_steps: 8000000}}: dvc.yaml tracks each policy's entry only in that policy's stages (the names: "
+        "s3.config.Params)",
     )
 
     @model_validator(mode="after")

@@ -32,7 +32,8 @@ RESUME_FORMAT = "s3-train-resume-3"  # 3: s3.rl.loop's trainer state
 def resume_fingerprint(
     params: TrainParams, family: str, model: DynamicsModel, validation_seed: int | None = None
 ) -> str:
-    """What a resumed run must share with the killed one: params, family, validation tracks, dynamics model, s3 version."""
+    """What a resumed run must share with the killed one: params, family, validation tracks, dynamics model, s3
+    version."""
     h = hashlib.sha256()
     blob = {"params": params.model_dump(mode="json", exclude=SELECTION_ONLY), "family": family, "s3": __version__}
     if validation_seed is not None and validation_seed != params.seed:

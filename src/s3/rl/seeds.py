@@ -1,6 +1,7 @@
 """Several PPO seeds per policy, trained side by side; the best by procedural validation is kept.
 
-    train_seeds(name, family, model_folder, out_dir, plot_path, params, source_scorer=None, run=None, compute=None) -> summary
+    train_seeds(name, family, model_folder, out_dir, plot_path, params, source_scorer=None, run=None, compute=None)
+        -> summary
 
 PPO in a distilled env is seed-sensitive: on the road course the same recipe gave lap times from
 125 s to 143 s across three seeds (reports/history.md). A run uses one core (torch_threads=1),
@@ -34,10 +35,10 @@ trained here logs into its own run nested under it (`<name>-seed<k>`, tags s3.ki
 s3.policy=<name>, s3.model=<family>, s3.seed=<k>), created here before the workers start and
 ended here as each seed finishes (FAILED unless its training returned); on Ray the job records its
 calls instead (s3.platform.tracking.Recorder) and this process makes them once its files are
-written, as each seed finishes, so a seed that finished is kept when another fails. The winner's learning curve comes back from its
-worker as a value and goes into the policy's run (`train/<rsl_rl tag>`, step = iteration), with
-`train/selected_seed`; a reused winner's curve stays in the run it was trained in. The summary's
-mlflow_run_id is the winner's seed run.
+written, as each seed finishes, so a seed that finished is kept when another fails. The winner's learning curve comes
+back from its worker as a value and goes into the policy's run (`train/<rsl_rl tag>`, step = iteration), with
+`train/selected_seed`; a reused winner's curve stays in the run it was trained in. The summary's mlflow_run_id is the
+winner's seed run.
 """
 
 from __future__ import annotations
@@ -201,7 +202,8 @@ def train_seeds(
         seed_runs = {
             p.seed: run.child(f"{name}-seed{p.seed}", {**tags, "s3.seed": str(p.seed)}) if run else None for p in todo
         }
-        # locally, seed jobs fork from a server that imported torch, the trainer and MLflow once (s3.compute, s3.workers)
+        # locally, seed jobs fork from a server that imported torch, the trainer and MLflow once (s3.compute,
+        # s3.workers)
         executor = executor_for(compute, "train", seed_workers(params), TRAIN_WORKER_PRELOAD, f"train {name}")
         if executor.shared_fs:
             jobs = [
@@ -220,7 +222,8 @@ def train_seeds(
                 )
                 for p in todo
             ]
-        else:  # the model and each candidate's files travel with its job; only this process writes them and logs to MLflow
+        else:
+            # the model and each candidate's files travel with its job; only this process writes them and logs to MLflow
             model_files = pack(model_folder)
             jobs = [
                 Job(
@@ -285,12 +288,18 @@ def train_seeds(
         }
         for s, r in sorted(results.items())
     ]
-    rule = "best validation score on the shared held-out procedural tracks (ties: lowest seed); the road course is not used"
+    rule = (
+        "best validation score on the shared held-out procedural tracks (ties: lowest seed); the road course is not "
+        "used"
+    )
     t_select = time.perf_counter()
     if source_scorer is not None:
         for row, scored in zip(table, source_scorer([root / f"seed{r['seed']}" for r in table])):
             row["source"] = scored
-        rule = "best lap share in the source simulator on the shared held-out procedural tracks (ties: the in-model score, then the lowest seed); the road course is not used"
+        rule = (
+            "best lap share in the source simulator on the shared held-out procedural tracks (ties: the in-model "
+            "score, then the lowest seed); the road course is not used"
+        )
     key = {
         r["seed"]: (r["source"]["score"] if "source" in r else r["validation_score"], r["validation_score"], -r["seed"])
         for r in table
@@ -323,7 +332,9 @@ def train_seeds(
     workers = seed_workers(params)
     if len(todo) == len(runs):
         rl_wall = wall
-    else:  # reused candidates trained in an earlier call: their own walls, side by side in rounds of `workers` (one unknown: not measured)
+    else:
+        # reused candidates trained in an earlier call: their own walls, side by side in rounds of `workers` (one
+        # unknown: not measured)
         walls = [r["wall_s"] for r in table]
         rl_wall = None if None in walls else -(-len(runs) // workers) * max(walls) + (time.perf_counter() - t_select)
     timing = {

@@ -79,7 +79,8 @@ class SourceVecEnv(TaskVecEnv):
         backend = sim_backend(sim)
         if not backend.side_by_side:
             raise ValueError(
-                f"SourceVecEnv steps many cars in parallel: it needs sim.backend {side_by_side_names()}, not {sim.backend!r} ({backend.not_side_by_side})"
+                f"SourceVecEnv steps many cars in parallel: it needs sim.backend {side_by_side_names()}, not "
+                f"{sim.backend!r} ({backend.not_side_by_side})"
             )
         self.params = params = params or EnvParams()
         self.device = torch.device("cpu")  # the simulators live on the CPU; rsl_rl moves obs to its device

@@ -80,8 +80,9 @@ def _train(
         scorer, not_in_source = None, None
         if tp.seed_selection == "source" and not sim_backend(root.sim).side_by_side:
             not_in_source = (
-                f"train.seed_selection 'source' drives the seeds side by side in the embedded simulator (sim.backend {side_by_side_names()}); "
-                f"with {root.sim.backend!r} the seed is chosen by in-model validation"
+                "train.seed_selection 'source' drives the seeds side by side in the embedded simulator "
+                f"(sim.backend {side_by_side_names()}); with {root.sim.backend!r} the seed is chosen by in-model "
+                "validation"
             )
             print(f"train {name}: {not_in_source}", file=sys.stderr, flush=True)
         elif tp.seed_selection == "source":

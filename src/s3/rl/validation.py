@@ -101,9 +101,9 @@ def kept_index(scores: list[float], tolerance: float) -> int:
 
     Why not simply the best: on 64 validation runs one checkpoint's score has a standard error of
     about 0.04 (measured), so a gap under ~0.1 between two checkpoints is noise, while later
-    checkpoints were faster on held-out source tracks, with as many laps overall (docs/decisions/checkpoint-selection.md).
-    The tolerance makes validation a guard against a real collapse rather than a pick among noise.
-    Applied after every chunk it keeps the same checkpoint as applied once at the end.
+    checkpoints were faster on held-out source tracks, with as many laps overall
+    (docs/decisions/checkpoint-selection.md). The tolerance makes validation a guard against a real collapse rather than
+    a pick among noise. Applied after every chunk it keeps the same checkpoint as applied once at the end.
     """
     top = max(scores)
     return max(i for i, s in enumerate(scores) if s >= top - tolerance)

@@ -8,7 +8,8 @@ simulator running.
 
 Scenario. Each track geometry becomes one scenario (s3.sim.beamng_wire.track_scenario): a looped
 road and the vehicle on a flat level. A track and its patch-free copy share the geometry, so they
-share the scenario; a new geometry costs a scenario load. Off-track, progress and all metrics come from s3's own `Track`, never from BeamNG.
+share the scenario; a new geometry costs a scenario load. Off-track, progress and all metrics come from s3's own
+`Track`, never from BeamNG.
 
 Time. Deterministic mode at `steps_per_second`; the simulation stays paused and one control
 period is `control_dt * steps_per_second` steps (`bng.control.step`). State time counts control
@@ -233,7 +234,8 @@ class BeamngSim:
     def check_reset(self, state: dict[str, Any], x: float, y: float, yaw: float, speed: float, what: str) -> None:
         """Stop (BeamngMismatch, never retried) when BeamNG's State sensor does not show the pose
         and forward speed a reset asked for, within `check_heading_deg`, `check_speed_m_s`,
-        `check_position_m` (checked in that order); the message names the mismatch and its likely cause (docs/beamng.md)."""
+        `check_position_m` (checked in that order); the message names the mismatch and its likely cause
+        (docs/beamng.md)."""
         p = self.params
         pos, vel, got_yaw = self._pose(state)
         turn = math.degrees(wrap_angle(got_yaw - yaw))
@@ -245,7 +247,8 @@ class BeamngSim:
                 else "heading"
             )
             raise BeamngMismatch(
-                f"BeamNG reset ({what}): asked heading {math.degrees(yaw):.1f} deg, got {math.degrees(got_yaw):.1f} deg: {cause}"
+                f"BeamNG reset ({what}): asked heading {math.degrees(yaw):.1f} deg, got {math.degrees(got_yaw):.1f} "
+                f"deg: {cause}"
             )
         forward = math.cos(got_yaw) * vel[0] + math.sin(got_yaw) * vel[1]
         if abs(forward - speed) > p.check_speed_m_s:
@@ -256,8 +259,8 @@ class BeamngSim:
         off = float(np.hypot(pos[0] - x, pos[1] - y))
         if off > p.check_position_m:
             raise BeamngMismatch(
-                f"BeamNG reset ({what}): asked ({x:.2f}, {y:.2f}) m, got ({pos[0]:.2f}, {pos[1]:.2f}) m, {off:.2f} m away "
-                f"(> sim.beamng.check_position_m {p.check_position_m:g}): origin or safe_spawn"
+                f"BeamNG reset ({what}): asked ({x:.2f}, {y:.2f}) m, got ({pos[0]:.2f}, {pos[1]:.2f}) m, {off:.2f} "
+                f"m away (> sim.beamng.check_position_m {p.check_position_m:g}): origin or safe_spawn"
             )
 
     # -- internals -------------------------------------------------------------------------
@@ -370,12 +373,13 @@ class BeamngSim:
             factors = []
         if len(factors) != 2:
             raise BeamngMismatch(
-                f"BeamNG ice: the engine has no ground model {gm} ({got!r}): set sim.beamng.ground_model to the one under the road (docs/beamng.md)"
+                f"BeamNG ice: the engine has no ground model {gm} ({got!r}): set sim.beamng.ground_model to the one "
+                "under the road (docs/beamng.md)"
             )
         if max(abs(f - scale) for f in factors) > FRICTION_CHECK_TOLERANCE:
             raise BeamngMismatch(
-                f"BeamNG ice: asked {gm} friction x{scale:.4f}, the engine has x{factors[0]:.4f} static, x{factors[1]:.4f} sliding: "
-                "be:setGroundModel did not take (docs/beamng.md)"
+                f"BeamNG ice: asked {gm} friction x{scale:.4f}, the engine has x{factors[0]:.4f} static, "
+                f"x{factors[1]:.4f} sliding: be:setGroundModel did not take (docs/beamng.md)"
             )
 
 

@@ -26,8 +26,9 @@ class BeamngParams(BaseModel):
     port: int = Field(25252, ge=1, le=65535, description="BeamNG.tech research port (-tport)")
     instances: tuple[str, ...] = Field(
         (),
-        description="several running BeamNG.tech instances as host:port; collection and evaluation spread their episodes "
-        "over them, one worker each (an instance that dies costs only its own episodes, re-run on the others); empty: host:port",
+        description="several running BeamNG.tech instances as host:port; collection and evaluation spread their "
+        "episodes over them, one worker each (an instance that dies costs only its own episodes, re-run on the "
+        "others); empty: host:port",
     )
     request_timeout: float = Field(
         60.0,

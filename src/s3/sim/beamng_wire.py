@@ -67,8 +67,8 @@ def set_socket_timeout(conn: Any, seconds: float, what: str) -> None:
         import beamngpy
 
         raise SimulatorError(
-            f"cannot bound {what} to {seconds:g} s: beamngpy {str(beamngpy.__version__).strip()} no longer has Connection.skt.skt "
-            "(s3 follows beamngpy 1.36); a frozen BeamNG.tech would hang s3"
+            f"cannot bound {what} to {seconds:g} s: beamngpy {str(beamngpy.__version__).strip()} no longer has "
+            "Connection.skt.skt (s3 follows beamngpy 1.36); a frozen BeamNG.tech would hang s3"
         )
     conn.timeout = skt.timeout = seconds
     raw.settimeout(seconds)
@@ -85,7 +85,8 @@ FRICTION_CHECK_LUA = (
     "for i = 0, be:getGroundModelCount() do "
     "local g = be:getGroundModelByID(i) "
     "if g and g.data then g = g.data end "
-    "if g and g.name == n then return string.format('%.6f %.6f', g.staticFrictionCoefficient / o[1], g.slidingFrictionCoefficient / o[2]) end "
+    "if g and g.name == n then "
+    "return string.format('%.6f %.6f', g.staticFrictionCoefficient / o[1], g.slidingFrictionCoefficient / o[2]) end "
     "end "
     "return 'missing'"
 )

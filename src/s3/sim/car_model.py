@@ -82,8 +82,10 @@ def build_mjcf(p: MujocoCarParams) -> str:
     sprung = p.mass - 4.0 * p.unsprung_mass
     box_z = CLEARANCE + 0.5 * p.body_height - p.cg_height
     box_x = 0.5 * (xf + xr)
+    box_size = f"{0.5 * p.body_length} {0.5 * p.body_width} {0.5 * p.body_height}"  # half extents, m
     steer_act = "".join(
-        f'<position name="steer_{w}" joint="steer_{w}" kp="{p.steer_kp}" kv="{p.steer_kv}" ctrlrange="{-max_wheel_steer(p)} {max_wheel_steer(p)}"/>'
+        f'<position name="steer_{w}" joint="steer_{w}" kp="{p.steer_kp}" kv="{p.steer_kv}" '
+        f'ctrlrange="{-max_wheel_steer(p)} {max_wheel_steer(p)}"/>'
         for w in FRONT
     )
     touch = "".join(f'<touch name="touch_{w}" site="patch_{w}"/>' for w in WHEELS)
@@ -98,7 +100,7 @@ def build_mjcf(p: MujocoCarParams) -> str:
     <body name="chassis" pos="0 0 {p.cg_height}">
       <freejoint name="root"/>
       <inertial pos="0 0 0" mass="{sprung}" diaginertia="{p.roll_inertia} {p.pitch_inertia} {p.yaw_inertia}"/>
-      <geom name="body" type="box" pos="{box_x} 0 {box_z}" size="{0.5 * p.body_length} {0.5 * p.body_width} {0.5 * p.body_height}"
+      <geom name="body" type="box" pos="{box_x} 0 {box_z}" size="{box_size}"
             condim="1" contype="1" conaffinity="0" rgba=".7 .1 .1 1"/>{corners}
     </body>
   </worldbody>

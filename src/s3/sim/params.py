@@ -104,8 +104,9 @@ class SimParams(BaseModel):
     beamng: BeamngParams = BeamngParams()
     driver_aids: DriverAidsParams = Field(
         default_factory=lambda: DriverAidsParams(traction_control=True, abs=True),
-        description="traction control / ABS of the one car everything drives: collection, probes, direct, evaluation (s3.sim.aids); "
-        "both off = the bare car (an ablation). The embedded car only: a BeamNG vehicle brings its own ESC / ABS (its part config)",
+        description="traction control / ABS of the one car everything drives: collection, probes, direct, "
+        "evaluation (s3.sim.aids); both off = the bare car (an ablation). The embedded car only: a BeamNG vehicle "
+        "brings its own ESC / ABS (its part config)",
     )
 
     def aids(self) -> DriverAidsParams | None:

@@ -10,9 +10,10 @@ whose decay term is integrated implicitly, so they stay bounded and smooth at an
 behave like a stiff carcass spring at rest (a braked car at rest stays at rest). A damper on the
 slip velocity fades in below `low_speed`, and the slip magnitude is capped near the force peak
 at low speed: otherwise a slide ending at rest leaves the carcass wound up to sliding slip and it
-pushes the car back by tens of centimetres (with the cap the rock-back is a few centimetres). The force is the Magic Formula of the combined slip magnitude, shared between the
-directions in proportion to the slip components (isotropic friction: it opposes the sliding
-velocity), with peak mu * Fz, mu sampled bilinearly from the friction grid under the wheel.
+pushes the car back by tens of centimetres (with the cap the rock-back is a few centimetres). The force is the Magic
+Formula of the combined slip magnitude, shared between the directions in proportion to the slip components (isotropic
+friction: it opposes the sliding velocity), with peak mu * Fz, mu sampled bilinearly from the friction grid under the
+wheel.
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ class EnvParams(_Section):
         0.0,
         ge=0.0,
         le=100.0,
-        description="speed-sensitive steering: above this (m/s) the steering range shrinks as 1/v^2 (s3.task.actions); 0 = off",
+        description="speed-sensitive steering: above this (m/s) the steering range shrinks as 1/v^2 "
+        "(s3.task.actions); 0 = off",
     )
     off_track_margin: float = Field(
         0.0, ge=-5.0, le=10.0, description="metres beyond the road edge still counted on track (car centre)"
@@ -74,7 +75,8 @@ class EnvParams(_Section):
     track_ds: float = Field(1.0, gt=0.05, le=10.0, description="resampling of the tracks inside the env (m)")
     compile_model: bool = Field(
         False,
-        description="torch.compile the transformer families' network (~1.2-1.3x env steps/s on CPU; compiles on the first step)",
+        description="torch.compile the transformer families' network (~1.2-1.3x env steps/s on CPU; compiles on the "
+        "first step)",
     )
     reward: RewardParams = RewardParams()
 

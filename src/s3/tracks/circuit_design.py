@@ -29,7 +29,8 @@ Layout = list[tuple[float, float, float]]
 
 @dataclass(frozen=True)
 class CircuitDesign:
-    """One circuit: its layout, final straight [m], total road width [m] as a function of (s, length) and output file."""
+    """One circuit: its layout, final straight [m], total road width [m] as a function of (s, length) and output
+    file."""
 
     name: str
     layout: Layout

@@ -8,7 +8,8 @@ surveyed centerlines). A corner is a maximal stretch where that curvature keeps 
 magnitude stays at or above CORNER_KAPPA = 1/400 1/m (a radius of 400 m or less), with stretches of
 the same sign less than MERGE_GAP m apart joined, and which turns the car by MIN_TURN_DEG or more.
 Its radius is 1 / the peak averaged curvature; its apex is the middle of the stretch curved within
-5 % of that peak (the middle of a constant-radius arc). The two halves of a chicane turn opposite ways: they are two corners.
+5 % of that peak (the middle of a constant-radius arc). The two halves of a chicane turn opposite ways: they are two
+corners.
 """
 
 from __future__ import annotations

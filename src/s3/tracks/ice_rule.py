@@ -5,9 +5,9 @@
 
 THE RULE. Corners come from s3.tracks.corners.detect_corners (|curvature| >= 1/400 1/m averaged
 over 5 m, turning 10 deg or more), ranked by sharpness: smallest radius (to the metre) first, then
-the larger turn (to the degree), then the earlier entry. Seven slots are filled in this order, each by the sharpest corner not
-yet used whose patch fits (at least GAP m clear of every patch already placed, else that corner is
-passed over for the slot):
+the larger turn (to the degree), then the earlier entry. Seven slots are filled in this order, each by the sharpest
+corner not yet used whose patch fits (at least GAP m clear of every patch already placed, else that corner is passed
+over for the slot):
 
     2 x braking zone  BRAKE_LEN m, full width, ending BRAKE_GAP m before the corner's entry (clipped
                       so that it starts no earlier than the previous corner's exit)
@@ -70,7 +70,10 @@ def rule_ice_patches(track: Track, mu: float = ICE_MU) -> Labelled:
                 continue
             d, where = _lateral(slot, c, full)
             what = {"brake": "braking zone", "exit": "exit"}.get(slot, "mid-corner")
-            label = f"{c.name} {what}, {where} (sharpness rank {rank[c.index]}, R {c.radius:.0f} m {'left' if c.direction > 0 else 'right'})"
+            label = (
+                f"{c.name} {what}, {where} (sharpness rank {rank[c.index]}, R {c.radius:.0f} m "
+                f"{'left' if c.direction > 0 else 'right'})"
+            )
             placed.append((span[0], span[1], label, d))
             used.add(c.index)
             break
@@ -85,13 +88,14 @@ def rule_ice_patches(track: Track, mu: float = ICE_MU) -> Labelled:
 
 
 def sharpness(c: Corner) -> tuple[float, float, float]:
-    """Sort key, sharpest first: radius to the whole metre, then the larger turn in whole degrees, then the earlier entry
-    (rounded so that corners designed alike rank by position, not by the last centimetre of survey noise)."""
+    """Sort key, sharpest first: radius to the whole metre, then the larger turn in whole degrees, then the earlier
+    entry (rounded so that corners designed alike rank by position, not by the last centimetre of survey noise)."""
     return (round(c.radius), -round(abs(c.turn_deg)), c.entry)
 
 
 def _span(slot: str, c: Corner, corners: list[Corner], length: float) -> tuple[float, float] | None:
-    """[start, end) in m (unwrapped, start may be negative) of the slot's patch at corner c, or None if it does not fit."""
+    """[start, end) in m (unwrapped, start may be negative) of the slot's patch at corner c, or None if it does not
+    fit."""
     prev, nxt = corners[c.index - 1], corners[(c.index + 1) % len(corners)]  # c itself on a one-corner track
     if slot == "brake":
         end = c.entry - BRAKE_GAP

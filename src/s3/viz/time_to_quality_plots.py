@@ -1,4 +1,5 @@
-"""The time-to-quality figure: lap share on the fixed hold-out set against each route's time, measured and for a real-time source."""
+"""The time-to-quality figure: lap share on the fixed hold-out set against each route's time, measured and for a
+real-time source."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ ROUTE_KEYS = ("tracks", "rule", "lap_share_needed", "time_axis", "collect", "dis
 
 def plot_time_to_quality(path: str | Path, result: dict[str, Any]) -> Path:
     """Two panels (measured wall clock; a real-time source), log time axis: every route's lap-share curve,
-    the 'half the laps' line, each route's time to quality (a star) and the distilled routes' one-time offset (dotted)."""
+    the 'half the laps' line, each route's time to quality (a star) and the distilled routes' one-time offset
+    (dotted)."""
     fig = new_figure((11.0, 4.2))
     axes = fig.subplots(1, 2, sharey=True)
     routes = [(n, r) for n, r in result.items() if n not in ROUTE_KEYS and isinstance(r, dict) and "curve" in r]

@@ -1,4 +1,4 @@
-"""Fixtures shared by the PPO tests (test_train, test_seeds)."""
+"""Fixtures shared by the PPO tests (test_train, test_seeds), and the order tests run in."""
 
 from __future__ import annotations
 
@@ -7,6 +7,12 @@ import pytest
 from s3.dynamics.bicycle import BicycleModel
 
 from doubles.synthetic_car import fitted_bicycle
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The end-to-end pipeline (marked e2e, minutes long) first: under `make test`'s two workers
+    (pytest-xdist, a file to a worker) it then runs beside the rest of the suite, not after it."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from s3.catalog import BICYCLE, DIRECT
 from s3.config import Params, ParamsError, load_params
-from s3.platform.tracking import log_collect, log_distill, log_evaluate
+from s3.tracking import log_collect, log_distill, log_evaluate
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Sim2Sim2Sim: collect, distill, train, evaluate, report."

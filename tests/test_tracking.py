@@ -198,6 +198,16 @@ def test_the_ui_link_opens_the_runs_view() -> None:
     assert tracking.ui_url("http://h:1").endswith("/#/experiments?workflowType=machine_learning")
 
 
+def test_make_mlflow_ui_links_the_experiment(ws: Path) -> None:
+    from s3.tracking.__main__ import experiment_link
+
+    tracking.log_stage("collect", None, {}, {"rows": 1})
+    exp = tracking.client(ws).get_experiment_by_name(tracking.experiment_name())
+    assert (
+        experiment_link("http://h:1") == f"http://h:1/#/experiments/{exp.experiment_id}?workflowType=machine_learning"
+    )
+
+
 def test_parent_run_name_follows_the_dvc_experiment_else_workspace_params_and_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

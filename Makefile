@@ -68,7 +68,10 @@ flow: install  ## the pipeline as a Prefect flow against the `make ui` server
 nightly: install  ## long-lived: serves the scheduled `nightly-regression` deployment
 	PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api $(BIN)/python -m flows.nightly --serve
 
+# MLflow 3 opens an experiment on its GenAI view unless the UI's own switch says Model training:
+# the printed link (python -m s3.tracking) opens s3's experiment on its runs.
 mlflow-ui: install  ## MLflow UI on http://127.0.0.1:$(MLFLOW_PORT) over mlflow.db
+	-@MLFLOW_TRACKING_URI=$${MLFLOW_TRACKING_URI:-sqlite:///$(CURDIR)/mlflow.db} $(BIN)/python -m s3.tracking http://127.0.0.1:$(MLFLOW_PORT)
 	$(BIN)/mlflow ui --host 127.0.0.1 --port $(MLFLOW_PORT) --backend-store-uri $${MLFLOW_TRACKING_URI:-sqlite:///$(CURDIR)/mlflow.db}
 
 clean:

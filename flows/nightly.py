@@ -54,8 +54,8 @@ def nightly_regression(
     from s3.config import load_params
     from s3.platform.regress import record as record_baseline
     from s3.platform.regress import run_check
-    from s3.platform.tracking import git_commit, tracking_uri
     from s3.platform.workspace import prepare_workspace
+    from s3.tracking import git_commit, tracking_uri
 
     logger = get_run_logger()
     src = Path(source).resolve()

@@ -145,7 +145,7 @@ def stage_task(base: str) -> Any:
 @flow(name="s3-pipeline", task_runner=ThreadPoolTaskRunner(max_workers=1), log_prints=True)
 def pipeline(root: str = ".", targets: list[str] | None = None, mlflow: bool = True) -> dict[str, bool]:
     """Run the DVC pipeline at `root` stage by stage; returns {stage: ran}."""
-    from s3.platform import tracking
+    from s3 import tracking
 
     logger = get_run_logger()
     root = str(Path(root).resolve())

@@ -47,19 +47,7 @@ VALIDATED_AGAINST = ("s3.catalog", "s3.tracks", "s3.sim.backends")
 
 # Imports that break a floor only because another task's move has not landed on this branch yet:
 # (importer, imported) -> the task that removes it. Delete each entry once that task is merged.
-ALLOWED: dict[tuple[str, str], str] = {
-    # moved by cli: platform/tracking.py -> s3/tracking/ (floor 5)
-    ("s3.rl.direct", "s3.platform.tracking"): "moved by cli",
-    ("s3.rl.seeds", "s3.platform.tracking"): "moved by cli",
-    ("s3.rl.stage", "s3.platform.tracking"): "moved by cli",
-    ("s3.rl.train", "s3.platform.tracking"): "moved by cli",
-    ("s3.rl.runner", "s3.platform.tracking"): "moved by cli",
-    ("s3.data.stage", "s3.platform.tracking"): "moved by cli",
-    ("s3.dynamics.stage", "s3.platform.tracking"): "moved by cli",
-    ("s3.evaluate.stage", "s3.platform.tracking"): "moved by cli",
-    # moved by report (evaluate/report_mlflow.py -> s3/report/) and cli (tracking -> s3/tracking/)
-    ("s3.report.mlflow", "s3.platform.tracking"): "moved by report and cli",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def test_nan_ppo_loss_stops_training_and_keeps_the_last_good_state(
 ) -> None:
     from rsl_rl.algorithms import PPO
 
-    from s3.platform import tracking
+    from s3 import tracking
     from s3.rl.params import TrainParams
     from s3.rl.resume import resume_path
     from s3.rl.train import TrainError, train

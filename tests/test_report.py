@@ -380,7 +380,7 @@ def test_nan_and_unknown_workers_never_become_numbers(ws: Path) -> None:
 
 
 def test_entry_point_writes_prints_and_logs(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from s3.platform import tracking
+    from s3 import tracking
 
     calls: list[tuple[str, str | None, dict[str, Any], list[Path]]] = []
     monkeypatch.setattr(

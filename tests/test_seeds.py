@@ -23,7 +23,7 @@ NAME = "bicycle_policy"  # the policy's name, not its family (as the oracle in d
 @pytest.fixture(scope="module")
 def two_seeds(bicycle, root) -> dict:
     """Two seeds of policy NAME, logging into NAME's family run (MLflow on)."""
-    from s3.platform import tracking
+    from s3 import tracking
 
     save_checkpoint(bicycle, root / "models" / "bicycle")
     params = TrainParams.model_validate(
@@ -249,8 +249,8 @@ def test_on_a_shared_nothing_executor_a_finished_seed_is_kept_when_another_fails
     from mlflow.tracking import MlflowClient
 
     import s3.rl.seeds as seeds
+    from s3 import tracking
     from s3.compute.executor import LocalExecutor
-    from s3.platform import tracking
     from s3.rl.resume import resume_path
 
     class Shipping(LocalExecutor):

@@ -1,4 +1,4 @@
-"""s3.platform.tracking: one experiment, a pipeline run with nested family runs, Run handles,
+"""s3.tracking: one experiment, a pipeline run with nested family runs, Run handles,
 and S3_MLFLOW=0 reaching no MLflow code at all."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from s3.platform import tracking
+from s3 import tracking
+from s3.tracking.provenance import _sha
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +23,8 @@ def ws(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", db)
     monkeypatch.setenv("S3_MLFLOW", "1")
     monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    monkeypatch.delenv(tracking.DVC_EXP_ENV, raising=False)
+    monkeypatch.delenv("S3_GIT_COMMIT", raising=False)
     monkeypatch.setenv(tracking.EXPERIMENT_ENV, f"s3-{tmp_path.name}")
     (tmp_path / "params.yaml").write_text("seed: 0\n")
     (tmp_path / "dvc.lock").write_text("schema: '2.0'\n")
@@ -92,7 +95,7 @@ def test_flow_parent_from_env_and_finish(ws: Path, monkeypatch: pytest.MonkeyPat
     c = tracking.client(ws)
     assert c.get_run(rid).data.tags["mlflow.parentRunId"] == parent
     p = c.get_run(parent)
-    assert p.info.status == "FINISHED" and p.data.tags["s3.dvc_lock_sha"] == tracking._sha(ws / "dvc.lock")
+    assert p.info.status == "FINISHED" and p.data.tags["s3.dvc_lock_sha"] == _sha(ws / "dvc.lock")
 
 
 def test_switched_off_makes_no_client_and_no_file(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -185,3 +188,57 @@ def test_run_handle_nests_pickles_flushes_and_never_raises(ws: Path, capsys: pyt
     broken.log_params({"b": 2})
     broken.finish()
     assert broken.error and capsys.readouterr().err.count("MLflow logging skipped") == 1
+
+
+def test_the_ui_link_opens_the_runs_view() -> None:
+    """MLflow 3.17's UI takes its GenAI / Model training switch from this query parameter."""
+    assert tracking.ui_url("http://127.0.0.1:5000/", "7") == (
+        "http://127.0.0.1:5000/#/experiments/7?workflowType=machine_learning"
+    )
+    assert tracking.ui_url("http://h:1").endswith("/#/experiments?workflowType=machine_learning")
+
+
+def test_make_mlflow_ui_links_the_experiment(ws: Path) -> None:
+    from s3.tracking.__main__ import experiment_link
+
+    tracking.log_stage("collect", None, {}, {"rows": 1})
+    exp = tracking.client(ws).get_experiment_by_name(tracking.experiment_name())
+    assert (
+        experiment_link("http://h:1") == f"http://h:1/#/experiments/{exp.experiment_id}?workflowType=machine_learning"
+    )
+
+
+def test_parent_run_name_follows_the_dvc_experiment_else_workspace_params_and_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(tracking.DVC_EXP_ENV, raising=False)
+    monkeypatch.delenv("S3_GIT_COMMIT", raising=False)
+    ws = tmp_path / "s3-quick"
+    ws.mkdir()
+    sha = "1a2b3c4d5e6f" * 3
+    assert tracking.pipeline_run_name(ws, sha) == "s3-quick/params.yaml @ 1a2b3c4d"
+    assert tracking.pipeline_run_name(ws, sha + "-dirty") == "s3-quick/params.yaml @ 1a2b3c4d-dirty"
+    assert tracking.pipeline_run_name(ws, "unknown") == "s3-quick/params.yaml"  # no commit: no "@"
+    assert tracking.pipeline_tags(ws) == {"s3.params_file": "params.yaml"}
+    info = {"source": "/src", "params_file": "params_quick.yaml", "source_commit": sha}
+    (ws / tracking.WORKSPACE_FILE).write_text(json.dumps(info))  # a scratch workspace (git without commits)
+    assert tracking.git_commit(ws) == sha  # tmp_path is outside any git repository
+    assert tracking.pipeline_run_name(ws) == "s3-quick/params_quick.yaml @ 1a2b3c4d"
+    monkeypatch.setenv(tracking.DVC_EXP_ENV, "funny-dado")  # what DVC sets in the stages of `dvc exp run`
+    assert tracking.pipeline_run_name(ws, sha) == "funny-dado"
+    assert tracking.pipeline_tags(ws) == {"s3.params_file": "params_quick.yaml", "s3.dvc_experiment": "funny-dado"}
+
+
+def test_parent_runs_are_named_and_tagged_and_one_per_dvc_experiment(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("S3_GIT_COMMIT", "abcdef0123456789")
+    plain = tracking.pipeline_run(ws)
+    got = tracking.client(ws).get_run(plain.run_id)
+    assert got.info.run_name == f"{ws.name}/params.yaml @ abcdef01"
+    assert got.data.tags["s3.params_file"] == "params.yaml" and "s3.dvc_experiment" not in got.data.tags
+    monkeypatch.setenv(tracking.DVC_EXP_ENV, "funny-dado")
+    exp = tracking.pipeline_run(ws)
+    assert exp.run_id != plain.run_id and tracking.pipeline_run(ws).run_id == exp.run_id
+    got = tracking.client(ws).get_run(exp.run_id)
+    assert got.info.run_name == "funny-dado" and got.data.tags["s3.dvc_experiment"] == "funny-dado"
+    flow = tracking.client(ws).get_run(tracking.start_pipeline_run(ws))
+    assert flow.info.run_name == "funny-dado" and flow.data.tags["s3.params_file"] == "params.yaml"

@@ -53,7 +53,7 @@ def tracks() -> list:
 @pytest.fixture(scope="module")
 def trained(bicycle, root) -> dict:
     """One tiny `train` stage run from a saved checkpoint, logging into bicycle's family run (MLflow on)."""
-    from s3.platform import tracking
+    from s3 import tracking
 
     save_checkpoint(bicycle, root / "models" / "bicycle")
     with pytest.MonkeyPatch.context() as mp:
@@ -325,8 +325,8 @@ def test_switched_off_training_makes_no_mlflow_client_and_no_file(bicycle, tmp_p
     and writes no MLflow file. Switched on, the same patched client is reached."""
     from mlflow.tracking import MlflowClient
 
+    from s3 import tracking
     from s3.config import Params
-    from s3.platform import tracking
     from s3.rl.stage import train_one
 
     made: list[int] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from s3.config import Params
 from s3.data.collect import collect
-from s3.platform.tracking import log_collect
+from s3.tracking import log_collect
 
 
 def collect_stage(params: Params, root: Path, quiet: bool = False, metrics_path: Path | None = None) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from s3.config import Params
 from s3.dynamics.distill import distill_many
-from s3.platform.tracking import log_distill
+from s3.tracking import log_distill
 
 
 def distill_stage(

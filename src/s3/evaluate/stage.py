@@ -21,7 +21,7 @@ from s3.catalog import DIRECT
 from s3.config import POLICIES_KEY, Params, ParamsError, pick_names
 from s3.evaluate.evaluate import BASELINES, evaluate_baseline
 from s3.evaluate.policy_eval import evaluate_policy, skipped_policy
-from s3.platform.tracking import log_evaluate
+from s3.tracking import log_evaluate
 
 
 def with_tracks(params: Params, tracks: list[str]) -> Params:

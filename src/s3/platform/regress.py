@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from s3.platform.params import RegressParams
-from s3.platform.tracking import flatten
+from s3.tracking import flatten
 
 Kind = Literal["error", "completion", "lap_time"]
 
@@ -121,7 +121,7 @@ def read_git_ref(root: Path, ref: str, p: RegressParams) -> dict[str, dict[str, 
 def record(root: Path, p: RegressParams, out: Path | None = None) -> Path:
     """Write the baseline file from the workspace's current metrics."""
     from s3.io import write_json_atomic
-    from s3.platform.tracking import git_commit
+    from s3.tracking import git_commit
 
     metrics = tracked_metrics(read_workspace(root, p), p)
     if not metrics:

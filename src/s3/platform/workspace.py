@@ -6,17 +6,25 @@ pipeline on it happens in a separate workspace so the main one keeps its results
     python -m s3.platform.workspace params_quick.yaml /tmp/s3-quick   # then: cd /tmp/s3-quick && dvc repro
 
 The copy holds the files git tracks plus untracked, not ignored ones (so work in progress is
-included), never results (data, models, metrics, plots, dvc.lock, baselines). By default it shares the source's DVC cache (outputs
-seen before are restored instead of recomputed) through .dvc/config.local.
+included), never results (data, models, metrics, plots, dvc.lock, baselines). By default it shares
+the source's DVC cache (outputs seen before are restored instead of recomputed) through
+.dvc/config.local.
+
+The copy has a git repository of its own without commits; it records where it comes from in
+s3.tracking's WORKSPACE_FILE ({"source", "params_file", "source_commit"}), so its MLflow runs carry
+the source's commit and are named after the workspace and its parameter set.
 """
 
 from __future__ import annotations
 
 import filecmp
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from s3.tracking import WORKSPACE_FILE, git_commit
 
 # pipeline results (git-tracked metrics included) and the lock describing them stay behind:
 # the workspace computes its own for its parameter set
@@ -71,6 +79,8 @@ def prepare_workspace(
     if params_file is not None:
         p = Path(params_file)
         shutil.copy2(p if p.is_absolute() else src / p, dest / "params.yaml")
+    origin = {"source": str(src), "params_file": None if params_file is None else Path(params_file).name}
+    (dest / WORKSPACE_FILE).write_text(json.dumps({**origin, "source_commit": git_commit(src)}, indent=1) + "\n")
     return dest
 
 

@@ -2,7 +2,7 @@
 
     log_report_mlflow(report, artifacts) -> {name or "_pipeline": run id or None}
 
-Logs through s3.platform.tracking (off when S3_MLFLOW is); writes nothing the stage outputs.
+Logs through s3.tracking (off when S3_MLFLOW is); writes nothing the stage outputs.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _numbers(d: Mapping[str, Any]) -> dict[str, Any]:
 def log_report_mlflow(report: Mapping[str, Any], artifacts: Iterable[Path] = ()) -> dict[str, str | None]:
     """One MLflow run per distilled policy (accuracy and quality side by side, `report/...` metrics)
     plus the correlation, costs and baselines on the pipeline's parent run. Off when S3_MLFLOW is."""
-    from s3.platform.tracking import log_stage_safely
+    from s3.tracking import log_stage_safely
 
     artifacts = [Path(a) for a in artifacts]
     eff = report["efficiency"]

@@ -35,7 +35,7 @@ lap driven (as in s3.rl.train).
 The best-scoring checkpoint is kept (ties to the later one); a chunk that ran out of budget before
 its validation is not eligible. With `direct.validation: false` the last checkpoint is kept.
 
-MLflow: given `run` (an s3.platform.tracking.Run), it logs its params, rsl_rl's scalars of every
+MLflow: given `run` (an s3.tracking.Run), it logs its params, rsl_rl's scalars of every
 iteration (`train/<tag>`, sent after each chunk) and the final numbers there, and flushes it; it
 never ends the run. With run=None it touches no MLflow code.
 """
@@ -54,7 +54,6 @@ import torch
 from s3.catalog import DIRECT
 from s3.compute.sim_pool import resolve_workers
 from s3.io import json_safe, write_json_atomic
-from s3.platform.tracking import Run
 from s3.progress import progress
 from s3.rl.loop import WallClockBudget
 from s3.rl.ppo import Curve
@@ -63,6 +62,7 @@ from s3.rl.source_env import SourceVecEnv, prestart
 from s3.rl.source_validation import ValidateInSource
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool
 from s3.sim.backends import side_by_side_names, sim_backend
+from s3.tracking import Run
 
 if TYPE_CHECKING:
     from s3.config import Params

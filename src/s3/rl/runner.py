@@ -9,7 +9,7 @@ and what it reports; the rest is here:
     best = ppo.choose(choice)                            # the kept checkpoint, loaded, actor in eval mode
     meta = ppo.export(folder, validation=..., train=..., history=..., params=...)   # s3.rl.export.write_policy
 
-`setup` logs the run's params into MLflow (`run`, an s3.platform.tracking.Run; None touches no
+`setup` logs the run's params into MLflow (`run`, an s3.tracking.Run; None touches no
 MLflow code), builds the trainer (s3.rl.loop.PPOTrainer), clears the per-chunk checkpoint folder
 (`chunk_checkpoints`: every chunk's actor added as the run goes, s3.rl.checkpoints) and, given a
 `Resume`, puts a killed run's state back (s3.rl.resume; distilled envs only). `loop` sends each
@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from s3.platform.tracking import Run
 from s3.rl.checkpoints import add_checkpoint, clear, write_checkpoints
 from s3.rl.export import policy_meta, write_policy
 from s3.rl.loop import Budget, CheckpointChoice, Hooks, LoopResult, NonFiniteUpdate, PPOTrainer, train_loop
@@ -41,6 +40,7 @@ from s3.rl.params import PPOParams, TrainParams
 from s3.rl.ppo import Curve
 from s3.rl.resume import load_resume, restore, resume_state, save_resume
 from s3.rl.tracks import TrackPool
+from s3.tracking import Run
 
 Say = Callable[[str], None]
 

@@ -30,11 +30,11 @@ when finished candidates were reused, their own train walls run side by side in 
 `seed_workers`, plus the selection (null when a reused candidate's own time is not known: one
 copied out of a finished policy, whose policy.json records none).
 
-MLflow. Given the policy's run (s3.platform.tracking.Run; None logs nothing), each candidate
+MLflow. Given the policy's run (s3.tracking.Run; None logs nothing), each candidate
 trained here logs into its own run nested under it (`<name>-seed<k>`, tags s3.kind=seed,
 s3.policy=<name>, s3.model=<family>, s3.seed=<k>), created here before the workers start and
 ended here as each seed finishes (FAILED unless its training returned); on Ray the job records its
-calls instead (s3.platform.tracking.Recorder) and this process makes them once its files are
+calls instead (s3.tracking.Recorder) and this process makes them once its files are
 written, as each seed finishes, so a seed that finished is kept when another fails. The winner's learning curve comes
 back from its worker as a value and goes into the policy's run (`train/<rsl_rl tag>`, step = iteration), with
 `train/selected_seed`; a reused winner's curve stays in the run it was trained in. The summary's mlflow_run_id is the
@@ -56,7 +56,6 @@ from s3.compute.executor import Job, Outcome
 from s3.compute.files import Files, pack, unpack, unpacked
 from s3.compute.params import ComputeParams
 from s3.io import atomic_path, write_json_atomic
-from s3.platform.tracking import Recorder, Run
 from s3.progress import progress
 from s3.rl import TRAIN_WORKER_PRELOAD
 from s3.rl.export import EXPORT, META, WEIGHTS, copy_policy
@@ -64,6 +63,7 @@ from s3.rl.params import SELECTION_ONLY, TrainParams
 from s3.rl.resume import resume_path
 from s3.rl.tracks import VALIDATION_SEED_BASE
 from s3.rl.train import file_sha256
+from s3.tracking import Recorder, Run
 
 CANDIDATES = ".seeds"
 CURVE = "learning_curve.png"  # each candidate's, in its folder

@@ -14,7 +14,7 @@ the in-model validation score or, with `train.seed_selection: source`, by the sa
 source simulator (s3.rl.source_selection).
 
 MLflow: each policy logs into its family run of the current pipeline run
-(s3.platform.tracking.family_run, none when S3_MLFLOW is off): the training's own logs (its PPO
+(s3.tracking.family_run, none when S3_MLFLOW is off): the training's own logs (its PPO
 curve and validation, or per-seed runs nested under it), then the summary (tracking.log_train).
 A training that raises ends that run FAILED.
 """
@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from s3 import tracking
 from s3.catalog import DIRECT
 from s3.io import write_json_atomic
-from s3.platform import tracking
 from s3.rl import TRAIN_WORKER_PRELOAD
 from s3.sim.backends import side_by_side_names, sim_backend
 from s3.workers import forkserver_context, prestart

@@ -10,7 +10,7 @@ writes
                                                                       several seeds, the first seed's only)
     <plots_dir>/<family>.png                                          (learning curve)
     <metrics_dir>/<family>.json                                       (if metrics_dir is given)
-MLflow: given `run` (an s3.platform.tracking.Run), training logs into it its params (`family`,
+MLflow: given `run` (an s3.tracking.Run), training logs into it its params (`family`,
 `train.*`), the scalars of every PPO iteration (`train/Train/mean_reward`, `train/Loss/value`,
 ...: the learning curve, sent after each chunk), the validation score of every chunk's checkpoint
 (`val/score`, step = iteration), the final numbers, policy.json and the plot, and flushes it; it
@@ -46,7 +46,6 @@ import torch
 
 from s3.dynamics.base import DynamicsModel
 from s3.io import write_json_atomic
-from s3.platform.tracking import Run
 from s3.rl.env import DistilledEnv, resolve_device
 from s3.rl.export import as_callable, deployable
 from s3.rl.loop import StepBudget
@@ -57,6 +56,7 @@ from s3.rl.rollout import drive_lap
 from s3.rl.runner import PPORun, Resume, TrainError, flushed, prepare, setup
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, validation_tracks
 from s3.rl.validation import ValidateAtEnd
+from s3.tracking import Run
 from s3.tracks.road_course import road_course
 
 __all__ = ["TrainError", "file_sha256", "train", "train_many", "train_policy", "train_policy_curve"]

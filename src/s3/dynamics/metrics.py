@@ -198,19 +198,3 @@ def evaluate(
     }
     plot_data = {"index": index, "labels": labels, "pred_xy": err["pred_xy"], "horizon": horizon}
     return metrics, plot_data
-
-
-def check_finite(metrics: dict[str, Any]) -> None:
-    """Raise if a metric is NaN/inf (the JSON writer refuses them): names the key."""
-
-    def walk(x: Any, path: str) -> None:
-        if isinstance(x, dict):
-            for k, v in x.items():
-                walk(v, f"{path}.{k}" if path else str(k))
-        elif isinstance(x, list):
-            for i, v in enumerate(x):
-                walk(v, f"{path}[{i}]")
-        elif isinstance(x, float) and not math.isfinite(x):
-            raise ValueError(f"metric {path} is {x}")
-
-    walk(metrics, "")

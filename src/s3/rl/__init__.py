@@ -3,7 +3,6 @@
 Public API (import from the submodules; this package imports nothing heavy itself):
     params.TrainParams                                   the `train:` section of params.yaml
     train.train(family, models_dir, out_dir, plots_dir, params, metrics_dir=None, run=None) -> summary
-    train.train_many(families, models_dir, out_dir, plots_dir, params, metrics_dir=None) -> {family: summary}
     stage.train_policies(names, root_params, models_dir, out_dir, plots_dir, metrics_dir)   families, oracle, direct
     direct.train_direct(root_params, out_dir, plots_dir, metrics_dir) -> summary   PPO in the source simulator
     source_env.SourceVecEnv(tracks, sim_params, env_params, num_envs, workers)     the source simulator as a VecEnv

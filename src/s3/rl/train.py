@@ -1,7 +1,6 @@
 """The train stage: PPO (rsl_rl) inside one family's distilled environment.
 
     train(family, models_dir, out_dir, plots_dir, params, metrics_dir=None, run=None) -> summary
-    train_many(families, models_dir, out_dir, plots_dir, params, metrics_dir=None) -> {family: summary}
     train_policy(model, folder, plot_path, params, family, run=None) -> summary   (model in memory)
     train_policy_curve(...the same...) -> (summary, learning curve)
 writes
@@ -59,7 +58,7 @@ from s3.rl.validation import ValidateAtEnd
 from s3.tracking import Run
 from s3.tracks.road_course import road_course
 
-__all__ = ["TrainError", "file_sha256", "train", "train_many", "train_policy", "train_policy_curve"]
+__all__ = ["TrainError", "file_sha256", "train", "train_policy", "train_policy_curve"]
 
 SCORE_DEFINITION = "mean share of a lap driven on held-out procedural tracks before failing or running out of time"
 
@@ -295,15 +294,3 @@ def train(
     if metrics_dir is not None:
         write_json_atomic(Path(metrics_dir) / f"{family}.json", summary)
     return summary
-
-
-def train_many(
-    families: list[str],
-    models_dir: str | Path,
-    out_dir: str | Path,
-    plots_dir: str | Path,
-    params: TrainParams,
-    metrics_dir: str | Path | None = None,
-) -> dict[str, dict[str, Any]]:
-    """`train` each family in turn."""
-    return {f: train(f, models_dir, out_dir, plots_dir, params, metrics_dir) for f in families}

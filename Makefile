@@ -23,9 +23,9 @@ run: install  ## the main job: the whole pipeline on default params (dvc repro; 
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
 
 # Two pytest workers (one per core), a test file to a worker; the end-to-end pipeline is scheduled first
-# (tests/conftest.py), so it runs beside the rest instead of after it.
+# (tests/conftest.py; --no-loadscope-reorder keeps that order), so it runs beside the rest instead of after it.
 test: install  ## everything but the `slow` tests, plus one end-to-end quick pipeline (tests/test_pipeline.py)
-	$(BIN)/pytest -q -m "not slow" -n 2 --dist loadfile
+	$(BIN)/pytest -q -m "not slow" -n 2 --dist loadfile --no-loadscope-reorder
 
 test-all: install  ## every test, the slow ones too (the nightly flow runs them; run before resolving an issue)
 	$(BIN)/pytest -q

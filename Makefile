@@ -50,7 +50,7 @@ quick: install  ## smoke run: the pipeline on params_quick.yaml in a scratch wor
 	cd $(QUICK_DIR) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/dvc repro
 
 # The study's experiment sets (docs/study.md): each variant in its own workspace under $(STUDY_DIR),
-# results in metrics/experiments/<set>/; a finished variant is skipped, a killed one resumes.
+# results in records/experiments/<set>/; a finished variant is skipped, a killed one resumes.
 STUDY_DIR ?= /tmp/s3-study
 
 ablation: install  ## claim 4: friction diversity x surface labels, ddm, K = 2 (about an hour on 2 cores)

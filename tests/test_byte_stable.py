@@ -66,13 +66,13 @@ def _pipeline(ws: Path, workers: int, monkeypatch: pytest.MonkeyPatch) -> dict[s
         load_params(None, [*COLLECT, f"collect.workers={workers}"]),
         Path("."),
         quiet=True,
-        metrics_path=Path("metrics/collect.json"),
+        metrics_path=Path("records/collect.json"),
     )
     distill(
         "bicycle",
         Path("data/rollouts"),
         Path("models"),
-        Path("metrics/distill"),
+        Path("records/distill"),
         Path("plots/distill"),
         DistillParams(**DISTILL),
     )
@@ -82,7 +82,7 @@ def _pipeline(ws: Path, workers: int, monkeypatch: pytest.MonkeyPatch) -> dict[s
         Path("policies"),
         Path("plots/train"),
         TrainParams.model_validate(TRAIN),
-        Path("metrics/train"),
+        Path("records/train"),
     )
     files = sorted(f for d in COMPARED for f in (ws / d).rglob("*") if f.is_file() and f.name not in IGNORED)
     for f in files:
@@ -112,8 +112,8 @@ def test_same_inputs_give_the_same_bytes(tmp_path: Path, monkeypatch: pytest.Mon
     assert set(first) == set(second)
     assert [f for f in first if first[f] != second[f]] == []
     for f in (
-        "metrics/collect.json",
-        "metrics/distill/bicycle.json",
-        "metrics/train/bicycle.json",
+        "records/collect.json",
+        "records/distill/bicycle.json",
+        "records/train/bicycle.json",
     ):  # the timings went here
         assert (tmp_path / "a" / f).exists() and (tmp_path / "b" / f).exists()

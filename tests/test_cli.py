@@ -64,8 +64,8 @@ def test_evaluate_takes_any_racing_csv(tmp_path: Path, monkeypatch) -> None:
     ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert not (tmp_path / "metrics/eval/pid.json").exists()  # the pipeline's suite result is not overwritten
-    ev = json.loads((tmp_path / "metrics/eval/tracks/pid_my_circuit.json").read_text())
+    assert not (tmp_path / "records/eval/pid.json").exists()  # the pipeline's suite result is not overwritten
+    ev = json.loads((tmp_path / "records/eval/tracks/pid_my_circuit.json").read_text())
     assert set(ev["summary"]) == {"suite", "my_circuit"} and ev["suite"]["my_circuit"]["spec"] == "my_circuit.csv"
     assert ev["summary"]["my_circuit"]["nominal"]["completion_rate"]["estimate"] == 1.0
     ice = [r for r in ev["runs"] if r["condition"] == "ice"]

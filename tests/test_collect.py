@@ -192,7 +192,7 @@ def test_careful_driver_stays_on_track() -> None:
 @pytest.mark.slow  # ~8 s; nightly (make test-all); resume itself is tested in make test
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(dataset: tuple[Path, pd.DataFrame], tmp_path: Path) -> None:
     """Kill `s3 collect` part-way with SIGKILL: the re-run keeps finished shards, shows no partial
-    one, and ends with exactly the rows of an uninterrupted run; the run record (metrics/collect.json,
+    one, and ends with exactly the rows of an uninterrupted run; the run record (records/collect.json,
     in the command's cwd) keeps what the killed run's shards cost, so the re-run still knows the
     whole dataset's collection time."""
     _, ref = dataset

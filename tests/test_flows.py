@@ -130,10 +130,10 @@ def test_nightly_regression_fails_on_degraded_metrics(
         "slow_tests": False,
     }
     msg = nightly_regression(record=True, **kw)  # bicycle only keeps this quick
-    assert "recorded" in msg and set(json.loads(base.read_text())["metrics"]) == {"metrics/distill/bicycle.json"}
+    assert "recorded" in msg and set(json.loads(base.read_text())["metrics"]) == {"records/distill/bicycle.json"}
     assert "no regression" in nightly_regression(**kw)
     b = json.loads(base.read_text())
-    b["metrics"]["metrics/distill/bicycle.json"]["rollout.all.fde_1s"] /= 2
+    b["metrics"]["records/distill/bicycle.json"]["rollout.all.fde_1s"] /= 2
     base.write_text(json.dumps(b))
     state = nightly_regression(return_state=True, **kw)
     assert state.is_failed()

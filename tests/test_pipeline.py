@@ -67,11 +67,11 @@ def test_repro_runs_every_stage_then_skips(quick: dict) -> None:
     assert (ws / "plots/collect/sample_episodes.png").exists()
     for f in FAMILIES:
         assert (ws / "models" / f / "model.safetensors").exists()
-        assert json.loads((ws / "metrics/distill" / f"{f}.json").read_text())["family"] == f
+        assert json.loads((ws / "records/distill" / f"{f}.json").read_text())["family"] == f
         assert (ws / "plots/distill" / f"{f}_error_vs_horizon.png").exists()
     for name in POLICIES:
         assert (ws / "policies" / name / "policy.onnx").exists()
-        ev = json.loads((ws / "metrics/eval" / f"{name}.json").read_text())
+        ev = json.loads((ws / "records/eval" / f"{name}.json").read_text())
         assert set(ev["summary"]) == {"suite", "short"} and set(ev["summary"]["suite"]) == {"nominal", "ice"}
         assert len(ev["seeds"]) == (1 if name == "direct" else 2)  # every seed evaluated
         assert ("transfer_gap" in ev) == (name != "direct")
@@ -79,9 +79,9 @@ def test_repro_runs_every_stage_then_skips(quick: dict) -> None:
         "pid",
         "pid_cautious",
     ):  # the quick circuit is one the pid laps: completions and lap shares can regress
-        ev = json.loads((ws / "metrics/eval" / f"{name}.json").read_text())
+        ev = json.loads((ws / "records/eval" / f"{name}.json").read_text())
         assert ev["summary"]["short"]["nominal"]["completion_rate"]["estimate"] == 1.0, name
-    report = json.loads((ws / "metrics/report.json").read_text())
+    report = json.loads((ws / "records/report.json").read_text())
     assert [c["claim"][0] for c in report["claims"]] == ["1", *["2"] * 10, "3", *["4"] * 4]
     assert (ws / "reports/report.md").exists() and (ws / "plots/report").is_dir()
     assert (ws / "plots/report/error_vs_horizon.png").exists()  # every family's curve: the report stage's, declared
@@ -149,7 +149,7 @@ def test_metrics_show_and_mlflow_runs_carry_accuracy(quick: dict) -> None:
     assert parent.data.metrics["collect/rows"] > 0
     for name, run in children.items():  # both halves of the comparison, side by side
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
-        ev = json.loads((ws / "metrics/eval" / f"{name}.json").read_text())
+        ev = json.loads((ws / "records/eval" / f"{name}.json").read_text())
         logged = run.data.metrics["eval/summary.suite.nominal.completion_rate.estimate"]
         assert logged == pytest.approx(ev["summary"]["suite"]["nominal"]["completion_rate"]["estimate"])
         if name in POLICIES:
@@ -159,7 +159,7 @@ def test_metrics_show_and_mlflow_runs_carry_accuracy(quick: dict) -> None:
     for fam in FAMILIES:
         run = children[fam]
         m = run.data.metrics
-        metrics = json.loads((ws / "metrics/distill" / f"{fam}.json").read_text())
+        metrics = json.loads((ws / "records/distill" / f"{fam}.json").read_text())
         assert m["distill/one_step_rmse.vx"] == pytest.approx(metrics["one_step_rmse"]["vx"])
         assert "distill/rollout.all.fde_1s" in m and "distill/throughput_steps_per_s.16" in m
         assert run.data.params["distill.history"] == "4"

@@ -49,11 +49,11 @@ def test_dvc_repro_on_beamng_runs_every_stage_but_direct(tmp_path: Path) -> None
     reason = json.loads((ws / "policies/direct/skipped.json").read_text())["skipped"]
     assert (
         "sim.backend 'mujoco'" in reason
-        and json.loads((ws / "metrics/eval/direct.json").read_text())["skipped"] == reason
+        and json.loads((ws / "records/eval/direct.json").read_text())["skipped"] == reason
     )
-    ev = json.loads((ws / "metrics/eval/ddm.json").read_text())
+    ev = json.loads((ws / "records/eval/ddm.json").read_text())
     assert ev["simulator"]["name"] == "beamng" and ev["simulator"]["driver_aids"] is None and ev["lost"] == []
-    train = json.loads((ws / "metrics/train/ddm.json").read_text())
+    train = json.loads((ws / "records/train/ddm.json").read_text())
     assert train["seed_selection"]["in"] == "model" and "beamng" in train["seed_selection"]["source_choice_not_run"]
     report = (ws / "reports/report.md").read_text()
     assert "not run" in report

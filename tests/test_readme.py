@@ -6,7 +6,7 @@
   only where dvc.yaml declares that path (or a folder above it) as a stage's `outs`, `metrics`
   or `plots`, so the allowance names exactly what the pipeline writes.
 - The README's results block is generated (`s3 report --readme`, report_render.readme_table) and,
-  once metrics/report.json has the study's claim rows, equals what that report renders.
+  once records/report.json has the study's claim rows, equals what that report renders.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_readme_is_short() -> None:
 
 def test_dvc_declares_the_generated_paths_the_readme_names() -> None:
     generated = dvc_generated_paths()
-    for path in ("reports/report.md", "metrics/report.json", "plots/report"):
+    for path in ("reports/report.md", "records/report.json", "plots/report"):
         assert path in generated
     assert is_generated("plots/report/accuracy_vs_quality.png", generated)
     assert not is_generated("reports/history.md", generated)  # the run log is committed, not generated
@@ -122,7 +122,7 @@ def test_relative_links_point_into_the_repository(doc: Path) -> None:
     assert not broken, f"{doc.relative_to(ROOT)}: broken links: " + "; ".join(broken)
 
 
-# --- the README's results block: generated from metrics/report.json (s3 report --readme) ---
+# --- the README's results block: generated from records/report.json (s3 report --readme) ---
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -212,7 +212,7 @@ def test_report_readme_option_replaces_only_the_block(metrics: Path, tmp_path: P
     readme.write_text(f"{head}{README_BEGIN}\nstale numbers\n{README_END}{tail}")
     args = [
         "report",
-        "--metrics-dir",
+        "--records-dir",
         str(metrics),
         "--reports-dir",
         str(tmp_path / "reports"),
@@ -247,11 +247,11 @@ def test_the_committed_readme_block_is_the_committed_report() -> None:
 
     path = ROOT / "metrics" / "report.json"
     if not path.exists():
-        pytest.skip("no metrics/report.json committed")
+        pytest.skip("no records/report.json committed")
     report = json.loads(path.read_text())
     if "claims" not in report:
         pytest.skip(
-            "metrics/report.json predates the study's layout (no claim rows): the README block is regenerated after "
+            "records/report.json predates the study's layout (no claim rows): the README block is regenerated after "
             "the next full run"
         )
     assert readme_block(README.read_text(encoding="utf-8")) == readme_table(report).strip(), (

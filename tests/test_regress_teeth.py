@@ -121,7 +121,7 @@ def _commands(folder: Path, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _lap_shares(ws: Path) -> tuple[float, float, dict]:
-    ev = json.loads((ws / "metrics/eval" / f"{NAME}.json").read_text())
+    ev = json.loads((ws / "records/eval" / f"{NAME}.json").read_text())
     block = ev["summary"]["short"]["nominal"]
     return block["lap_share"]["estimate"], block["completion_rate"]["estimate"], ev
 
@@ -145,7 +145,7 @@ def test_broken_policy_fails_the_regression_check(tmp_path: Path, monkeypatch: p
     assert share == 1.0 and completion == 1.0, ev["runs"]  # every seed laps: a broken one has 1.0 to fall from
     code, out = s3("regress", "--record")
     assert code == 0, out
-    recorded = json.loads((tmp_path / "baselines/regression.json").read_text())["metrics"][f"metrics/eval/{NAME}.json"]
+    recorded = json.loads((tmp_path / "baselines/regression.json").read_text())["metrics"][f"records/eval/{NAME}.json"]
     assert recorded["summary.short.nominal.lap_share.estimate"] == 1.0
 
     code, out = s3("evaluate", "--family", NAME)  # the same policy again: deterministic, so no regression
@@ -175,5 +175,5 @@ def test_broken_policy_fails_the_regression_check(tmp_path: Path, monkeypatch: p
         for key in ("completion_rate", "lap_share", "lap_time_s")
     }
     assert failed == judged, out
-    assert f"FAIL completion metrics/eval/{NAME}.json summary.short.nominal.lap_share.estimate: 1 -> " in out
+    assert f"FAIL completion records/eval/{NAME}.json summary.short.nominal.lap_share.estimate: 1 -> " in out
     assert out.strip().splitlines()[-1].startswith("REGRESSION")

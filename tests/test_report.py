@@ -252,7 +252,7 @@ def test_efficiency_arithmetic(ws: Path) -> None:
     assert eff["control_dt"] == 0.1
     c, d = eff["collect"], eff["direct"]
     assert c["wall_s"] == 100.0 and c["workers"] == 4 and c["real_time_car_s"] == pytest.approx(500.0)
-    assert c["wall_s_source"] == "metrics/collect.json wall_seconds_total"  # the whole dataset, reused shards included
+    assert c["wall_s_source"] == "records/collect.json wall_seconds_total"  # the whole dataset, reused shards included
     assert c["real_time_wall_s"] == pytest.approx(125.0) and c["real_time_factor_per_worker"] == pytest.approx(1.25)
     assert d["reached"] is True and d["t_to_policy_s"] == 80.0
     assert d["real_time_wall_s"] == pytest.approx(600.0)  # 12000 steps x 0.1 s / 2 workers

@@ -60,7 +60,7 @@ def test_best_seed_is_kept_with_every_candidate_beside_it(two_seeds) -> None:
     run_only = {
         "wall_s",
         "mlflow_run_id",
-    }  # the summary (metrics/train) has them; policy.json, whose bytes DVC hashes, does not
+    }  # the summary (records/train) has them; policy.json, whose bytes DVC hashes, does not
     assert run_only <= set(sel["seeds"][0]) and not run_only & {
         k for row in meta["seed_selection"]["seeds"] for k in row
     }

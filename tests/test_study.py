@@ -123,15 +123,15 @@ def test_result_file_has_exactly_the_reports_keys(tmp_path: Path) -> None:
     for folder, name, body in metrics.values():
         (ws / "metrics" / folder).mkdir(parents=True, exist_ok=True)
         (ws / "metrics" / folder / f"{name}.json").write_text(json.dumps(body))
-    (ws / "metrics/eval/pid.json").write_text("{}")  # not the variant's: ignored
+    (ws / "records/eval/pid.json").write_text("{}")  # not the variant's: ignored
     out = write_result(ws, v, tmp_path / "res" / "ablation" / "diverse_blind.json")
     got = json.loads(out.read_text())
     assert tuple(got) == RESULT_KEYS
     assert got["params"] == v.overrides and got["params"]["distill.use_friction_label"] is False
     for key, (_, _, body) in metrics.items():
         assert got[key] == body
-    (ws / "metrics/train/ddm.json").unlink()
-    with pytest.raises(StudyError, match="metrics/train/ddm.json"):
+    (ws / "records/train/ddm.json").unlink()
+    with pytest.raises(StudyError, match="records/train/ddm.json"):
         write_result(ws, v, tmp_path / "res" / "x.json")
 
 
@@ -146,11 +146,11 @@ def test_rollouts_are_seeded_only_from_a_matching_collection(tmp_path: Path) -> 
         (donor / "data/rollouts/manifest.json").write_text(json.dumps({"collect_key": key, "episodes_lost": 0}))
         (donor / "data/rollouts/shard-00000.parquet").write_bytes(b"x")
     (same / "metrics").mkdir()
-    (same / "metrics/collect.json").write_text('{"wall_seconds_total": 1.0}')
+    (same / "records/collect.json").write_text('{"wall_seconds_total": 1.0}')
     ws = tmp_path / "ws"
     ws.mkdir()
     assert seed_rollouts(ws, params, [other, same]) == same
-    assert (ws / "data/rollouts/shard-00000.parquet").exists() and (ws / "metrics/collect.json").exists()
+    assert (ws / "data/rollouts/shard-00000.parquet").exists() and (ws / "records/collect.json").exists()
     assert seed_rollouts(ws, params, [same]) is None  # a workspace with rollouts keeps its own
 
 

@@ -422,7 +422,7 @@ def test_exported_policy_reproduces_the_in_memory_policy(
     assert saved["policy"]["export"]["file"] == EXPORT
     assert "mlflow_run_id" not in saved and saved["train"] == {
         "env_steps": 64
-    }  # the run's clock and id: metrics/train only
+    }  # the run's clock and id: records/train only
     assert saved["policy"]["export"]["inputs"] == (["obs", "h"] if kind == "gru" else ["obs"])
     exported = _onnx_policy(tmp_path / "a" / EXPORT)
     rebuilt, _ = load_actor(tmp_path / "a")

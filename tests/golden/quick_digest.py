@@ -57,7 +57,7 @@ def digest(ws: Path) -> dict[str, str]:
         name = f.parent.relative_to(ws / "policies").as_posix()
         if not name.startswith("direct"):  # wall-clock budget: not reproducible
             out[f"policies/{name}"] = _tensors(f)
-    for f in sorted((ws / "metrics/eval").glob("*.json")):
+    for f in sorted((ws / "records/eval").glob("*.json")):
         if f.stem == "direct":
             continue
         ev = json.loads(f.read_text())

@@ -28,10 +28,10 @@ from s3.cli.base import (
 )
 from s3.config import FAMILIES_KEY, POLICIES_KEY, pick_names
 
-COLLECT_METRICS = Path("metrics/collect.json")  # the run's wall clock, workers and retries (data/rollouts: the data)
-DISTILL_METRICS, DISTILL_PLOTS = Path("metrics/distill"), Path("plots/distill")
-TRAIN_PLOTS, TRAIN_METRICS = Path("plots/train"), Path("metrics/train")
-TTQ_METRICS, TTQ_PLOT = Path("metrics/time_to_quality.json"), Path("plots/time_to_quality.png")
+COLLECT_RECORD = Path("records/collect.json")  # the run's wall clock, workers and retries (data/rollouts: the data)
+DISTILL_RECORDS, DISTILL_PLOTS = Path("records/distill"), Path("plots/distill")
+TRAIN_PLOTS, TRAIN_RECORDS = Path("plots/train"), Path("records/train")
+TTQ_RECORD, TTQ_PLOT = Path("records/time_to_quality.json"), Path("plots/time_to_quality.png")
 
 
 @app.command()
@@ -41,7 +41,7 @@ def collect(params: ParamsPath = Path("params.yaml"), set_: Overrides = None, qu
 
     p = load(params, set_)
     with one_line_errors():
-        console.print(collect_stage(p, Path("."), quiet=quiet, metrics_path=COLLECT_METRICS), highlight=False)
+        console.print(collect_stage(p, Path("."), quiet=quiet, metrics_path=COLLECT_RECORD), highlight=False)
 
 
 @app.command()
@@ -58,7 +58,7 @@ def distill(
     p = load(params, set_)
     with one_line_errors():
         families = pick_names(family, list(p.families), list(p.families), FAMILIES_KEY)
-        results = distill_stage(p, families, MODELS_DIR, DISTILL_METRICS, DISTILL_PLOTS, quiet=quiet)
+        results = distill_stage(p, families, MODELS_DIR, DISTILL_RECORDS, DISTILL_PLOTS, quiet=quiet)
     table_console().print(comparison_table(results))
 
 
@@ -85,7 +85,7 @@ def train(
         root = p.model_copy(
             update={"train": p.train.model_copy(update={"progress_bar": p.train.progress_bar and not quiet})}
         )
-        results = train_policies(names, root, MODELS_DIR, POLICIES_DIR, TRAIN_PLOTS, TRAIN_METRICS)
+        results = train_policies(names, root, MODELS_DIR, POLICIES_DIR, TRAIN_PLOTS, TRAIN_RECORDS)
     for name, r in results.items():
         console.print(f"{name}: {json.dumps({k: v for k, v in r.items() if not isinstance(v, (dict, list))})}")
 
@@ -117,7 +117,7 @@ def evaluate(
 
 @app.command()
 def report(
-    metrics_dir: Annotated[Path, typer.Option(help="where metrics/distill, train and eval live")] = Path("metrics"),
+    records_dir: Annotated[Path, typer.Option(help="where records/distill, train and eval live")] = Path("records"),
     reports_dir: Annotated[Path, typer.Option(help="reports/report.md goes here")] = Path("reports"),
     plots_dir: Annotated[Path, typer.Option(help="the accuracy-vs-quality figure goes here")] = Path("plots/report"),
     readme: Annotated[
@@ -126,29 +126,29 @@ def report(
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
 ) -> None:
-    """Prediction accuracy vs policy quality, and the efficiency of distillation (metrics/report.json)."""
+    """Prediction accuracy vs policy quality, and the efficiency of distillation (records/report.json)."""
     from s3.report.report import report as run_report
 
     p = load(params, set_)
     with one_line_errors():
-        run_report(metrics_dir, reports_dir, plots_dir, table_console(), list(p.families), p.models(), readme=readme)
+        run_report(records_dir, reports_dir, plots_dir, table_console(), list(p.families), p.models(), readme=readme)
 
 
 @app.command("time-to-quality")
 def time_to_quality(params: ParamsPath = Path("params.yaml"), set_: Overrides = None) -> None:
     """Each route's time to a lap-completing policy: every kept checkpoint of direct and of each distilled
-    policy's first seed on one fixed hold-out set in the source simulator (metrics/time_to_quality.json,
+    policy's first seed on one fixed hold-out set in the source simulator (records/time_to_quality.json,
     docs/time-to-quality.md)."""
     from s3.cli.tables import time_to_quality_lines
     from s3.evaluate.time_to_quality import time_to_quality as run
 
     p = load(params, set_)
     with one_line_errors():
-        result = run(p, POLICIES_DIR, Path("metrics"), TTQ_METRICS, TTQ_PLOT)
+        result = run(p, POLICIES_DIR, Path("records"), TTQ_RECORD, TTQ_PLOT)
     for line in time_to_quality_lines(result, p.policies()):
         console.print(line, highlight=False)
     if "not_run" not in result:
-        console.print(f"-> {TTQ_METRICS}, {TTQ_PLOT}", highlight=False)
+        console.print(f"-> {TTQ_RECORD}, {TTQ_PLOT}", highlight=False)
 
 
 from s3.cli import tools  # noqa: E402  (registers the tool commands on `app`)

@@ -219,11 +219,11 @@ def study_run(
     force: Annotated[bool, typer.Option("--force", help="also run variants whose result file exists")] = False,
     root: Annotated[Path, typer.Option(help="the workspaces: ROOT/<set>/<variant>")] = Path("/tmp/s3-study"),
     results: Annotated[Path, typer.Option(help="the results: RESULTS/<set>/<variant>.json")] = Path(
-        "metrics/experiments"
+        "records/experiments"
     ),
 ) -> None:
     """Run a set's variants, each in its own scratch workspace (dvc repro evaluate@<policy>), into
-    metrics/experiments/<set>/."""
+    records/experiments/<set>/."""
     from s3.platform.study import run_study
 
     with one_line_errors():

@@ -18,7 +18,7 @@ under `dropped`.
 
 The shards and the manifest hold only what the inputs determine, so the same params give the same
 bytes. What the run measured about itself (wall clock, workers, retries) goes to the stage's run
-record (`metrics_path`, metrics/collect.json for `s3 collect`), rewritten after every shard: a
+record (`metrics_path`, records/collect.json for `s3 collect`), rewritten after every shard: a
 re-run that reuses shards takes their seconds from it, so the dataset's whole collection cost
 (`wall_seconds_total`) survives a killed run.
 """
@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from s3 import headline
 from s3.compute.backend import executor_for
 from s3.compute.executor import Job, Outcome
 from s3.compute.retry import check_lost
@@ -60,7 +61,7 @@ from s3.data.rollouts import (
     write_manifest,
 )
 from s3.data.schema import COLUMNS
-from s3.io import workspace_lock, write_json_atomic
+from s3.io import workspace_lock
 from s3.progress import progress
 from s3.sim.backends import sim_backend
 from s3.sim.factory import drop_worker_sim, instances
@@ -155,8 +156,10 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics
             def done(i: int, o: Outcome) -> None:
                 results[todo[i]] = _shard_result(params, todo[i], out, o)
                 if record is not None:  # a killed run still leaves what its finished shards cost
-                    write_json_atomic(
-                        record, run_record(params, results, out, time.perf_counter() - t0, workers, complete=False)
+                    headline.write_record(
+                        record,
+                        run_record(params, results, out, time.perf_counter() - t0, workers, complete=False),
+                        headline.collect,
                     )
                 bar.advance()
 
@@ -174,7 +177,9 @@ def collect(params: Params, root: Path = Path("."), quiet: bool = False, metrics
         manifest = build_manifest(params, [results[k] for k in range(n_shards)], out)
         path = write_manifest(out, manifest)
         if record is not None:
-            write_json_atomic(record, run_record(params, results, out, wall, workers, complete=True))
+            headline.write_record(
+                record, run_record(params, results, out, wall, workers, complete=True), headline.collect
+            )
         if manifest["episodes_lost"]:
             _say(
                 f"{manifest['episodes_lost']} episode(s) lost after {params.compute.retry.retries} retries "

@@ -6,7 +6,7 @@ reused_shard(path, index, ...)   the ShardResult of a kept shard
 previous_hashes(out)             file -> sha256 from the last complete run's manifest ({} if none)
 previous_seconds(record)         (file, sha256) -> seconds from an earlier run record ({} if none)
 build_manifest(params, results, out)          data/rollouts/manifest.json: a function of the inputs only
-run_record(params, results, out, wall, ...)   metrics/collect.json: what the run measured (seconds, workers)
+run_record(params, results, out, wall, ...)   records/collect.json: what the run measured (seconds, workers)
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def reused_shard(path: Path, index: int, dropped: list[dict[str, Any]], seconds:
 def run_record(
     params: Params, results: dict[int, ShardResult], out: Path, wall: float, workers: int, complete: bool
 ) -> dict[str, Any]:
-    """What this run measured about itself: metrics/collect.json (not part of the dataset)."""
+    """What this run measured about itself: records/collect.json (not part of the dataset)."""
     done = [results[k] for k in sorted(results)]
     shard_seconds = [r.seconds for r in done if r.written]
     shards = [

@@ -1,6 +1,6 @@
 """The collect stage as `s3 collect` runs it: collect (s3.data.collect), log to MLflow, one summary line.
 
-line = collect_stage(params, Path("."), quiet=False, metrics_path=Path("metrics/collect.json"))
+line = collect_stage(params, Path("."), quiet=False, metrics_path=Path("records/collect.json"))
 """
 
 from __future__ import annotations

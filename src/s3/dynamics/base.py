@@ -128,7 +128,7 @@ class DynamicsModel(nn.Module):
         raise NotImplementedError
 
     def distill_summary(self, test_batch: Callable[[], Mapping[str, Tensor]], fit: dict[str, float]) -> dict[str, Any]:
-        """What metrics/distill/<family>.json says of the trained model beside its accuracy (its coefficients,
+        """What records/distill/<family>.json says of the trained model beside its accuracy (its coefficients,
         its fit), as {key: JSON-able value}; none by default. `test_batch()` gives windows of the test split
         (s3.dynamics.dataset: hist_states [N, K, S], hist_actions [N, K, A], actions [N, H, A], mu [N, H], on
         the CPU); `fit` is the bicycle least-squares fit every family starts from."""

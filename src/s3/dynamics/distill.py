@@ -3,7 +3,7 @@
     distill(family, rollouts_dir, out_dir, metrics_dir, plots_dir, params) -> metrics dict
 writes
     <out_dir>/<family>/model.safetensors + model.json     (out_dir is the models root, e.g. models/)
-    <metrics_dir>/<family>.json                           (e.g. metrics/distill/)
+    <metrics_dir>/<family>.json                           (e.g. records/distill/)
     <plots_dir>/<family>_trajectories.png, <family>_error_vs_horizon.png   (e.g. plots/distill/)
 The model files hold no wall-clock figure (the metrics do), so the same data and params give the
 same bytes (on CPU, where Lightning trains with deterministic algorithms: checked for each family).
@@ -28,6 +28,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping
 from rich.table import Table
 
+from s3 import headline
 from s3.dynamics.base import DynamicsModel
 from s3.dynamics.bicycle import fit_bicycle
 from s3.dynamics.checkpoint import save_checkpoint
@@ -36,7 +37,7 @@ from s3.dynamics.lightning_module import DynamicsLitModule, KeepBest, NonFiniteL
 from s3.dynamics.metrics import ICE_MU, evaluate
 from s3.dynamics.params import DistillParams
 from s3.dynamics.registry import FAMILIES, new_model
-from s3.io import json_safe, write_json_atomic
+from s3.io import json_safe
 
 
 class DistillError(RuntimeError):
@@ -206,7 +207,7 @@ def distill(
     split = {k: [int(e) for e in v] for k, v in dm.split.items()}
     card = {
         k: v for k, v in train.items() if k not in ("val_history", "wall_s")
-    }  # the wall clock is the run's: metrics/distill only
+    }  # the wall clock is the run's: records/distill only
     save_checkpoint(model.cpu(), folder, params, extra={"train": json_safe(card), "split": split, "bicycle_fit": fit})
     model = model.to(device).eval()
     metrics, plot_data = evaluate(
@@ -218,7 +219,7 @@ def distill(
     metrics["rows"] = len(dm.data)
     metrics["total_wall_s"] = round(time.perf_counter() - t_start, 2)
     metrics = json_safe(metrics)
-    write_json_atomic(metrics_dir / f"{family}.json", metrics)
+    headline.write_record(metrics_dir / f"{family}.json", metrics, headline.distill)
 
     from s3.viz.distill_plots import plot_error_vs_horizon, plot_trajectories
 

@@ -1,6 +1,6 @@
 """The distill stage as `s3 distill` runs it: distill each family (s3.dynamics.distill), log to MLflow.
 
-metrics = distill_stage(params, ["ddm"], Path("models"), Path("metrics/distill"), Path("plots/distill"))
+metrics = distill_stage(params, ["ddm"], Path("models"), Path("records/distill"), Path("plots/distill"))
 """
 
 from __future__ import annotations

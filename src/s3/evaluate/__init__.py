@@ -9,7 +9,7 @@ Every driver meets the same car there: `sim.driver_aids` (s3.sim.aids, traction 
     policy_driver.py PolicyDriver: an exported policy as a one-car client of s3.task's observation builder
     run.py           run_lap(sim, track, driver, ...) -> RunResult (one deterministic lap, judged by s3.task.rules)
     metrics.py       run_metrics (per run); intervals over seeds: intervals.py
-    evaluate.py      evaluate_driver(...) -> metrics/eval/<name>.json + plots; evaluate_baseline("pid");
+    evaluate.py      evaluate_driver(...) -> records/eval/<name>.json + plots; evaluate_baseline("pid");
                      each run an executor job
     policy_eval.py   evaluate_policy(...): evaluate_driver + the same starts in the policy's distilled env
                      (the transfer gap), and the model's manoeuvre probes

@@ -9,7 +9,7 @@ in every condition (nominal, ice) from each of `evaluate.start_fractions` (sprea
 at `start_speed`, on the centerline and along it: no perturbations, the seeds carry the variation).
 The per-run metrics (s3.evaluate.metrics) are kept as rows; the summaries (s3.evaluate.suite) give
 each figure with its interval and n: over the suite and per circuit, and per seed. Written
-atomically to `out_json` (conventionally metrics/eval/<name>.json); figures under `plots_dir`.
+atomically to `out_json` (conventionally records/eval/<name>.json); figures under `plots_dir`.
 
 Each run is a job of the executor (s3.compute.executor; `evaluate.workers` at once, one per
 BeamNG instance; or Ray tasks, with a policy's files shipped to them), so runs go side by side and the project's one
@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from s3 import headline
 from s3.catalog import PID, PID_BLIND, PID_CAUTIOUS
 from s3.compute.backend import executor_for
 from s3.compute.executor import Job
@@ -38,7 +39,7 @@ from s3.evaluate.params import EvaluateParams
 from s3.evaluate.plots import lap_gif, traces_figure, track_figure
 from s3.evaluate.run import RunResult, run_lap
 from s3.evaluate.suite import by_seed, summarise
-from s3.io import json_safe, write_json_atomic
+from s3.io import json_safe
 from s3.sim.base import SimulatorLost
 from s3.sim.factory import drop_worker_sim, instances, worker_sim
 from s3.tracks.evaluation_circuits import circuit_stats, evaluation_track, ice_patches
@@ -211,7 +212,7 @@ def evaluate_driver(
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
     out = json_safe(out)  # an undefined metric (NaN) is null, not a crash after the runs
-    write_json_atomic(out_json, out)
+    headline.write_record(out_json, out, headline.evaluate)
     return out
 
 

@@ -92,7 +92,7 @@ class EvaluateParams(_Section):
         default_factory=JudgeParams,
         description="when a run ends, in the source and inside a distilled model alike (s3.task.rules)",
     )
-    out_dir: str = "metrics/eval"
+    out_dir: str = "records/eval"
     plot_dir: str = "plots/eval"
     gif: bool = Field(False, description="write a top-down animation of one lap (slow: off by default)")
     gif_frame_seconds: float = Field(2.0, gt=0.0, le=10.0, description="simulated seconds between GIF frames")

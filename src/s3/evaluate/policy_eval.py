@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from s3 import headline
 from s3.evaluate.evaluate import eval_params_of, evaluate_driver, track_name, transfer_gap
 from s3.evaluate.policy_driver import PolicyFactory
 from s3.evaluate.suite import QUALITY, SUITE, block, policy_seeds
-from s3.io import json_safe, write_json_atomic, write_text_atomic
+from s3.io import json_safe, write_text_atomic
 from s3.tracks.evaluation_circuits import evaluation_track
 
 
@@ -125,7 +126,7 @@ def evaluate_policy(
         c: transfer_gap(result["summary"][SUITE][c], inside["summary"][SUITE][c]) for c in inside["summary"][SUITE]
     }
     result = json_safe(result)  # an undefined metric (NaN) is null, not a crash after the runs
-    write_json_atomic(out_json, result)
+    headline.write_record(out_json, result, headline.evaluate)
     return result
 
 
@@ -139,7 +140,7 @@ def skipped_policy(name: str, folder: Path, out_json: Path, plots_dir: Path) -> 
     if (Path(folder) / "policy.json").exists() or not record.exists():
         return None
     result = {"driver": name, "skipped": json.loads(record.read_text())["skipped"]}
-    write_json_atomic(out_json, result)
+    headline.write_record(out_json, result, headline.evaluate)
     Path(plots_dir).mkdir(parents=True, exist_ok=True)
     write_text_atomic(Path(plots_dir) / "skipped.txt", result["skipped"] + "\n")
     return result

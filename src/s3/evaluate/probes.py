@@ -3,7 +3,7 @@
     probe_model(model, sim) -> {"manoeuvres": {name: {...}}, "summary": {...}}
     probe_folders(families, models_dir, sim_params) -> {family: the same}   (`s3 probe`)
 
-Test-window errors (metrics/distill) average over the driving the exploration driver happened to
+Test-window errors (records/distill) average over the driving the exploration driver happened to
 do; a policy seeks out the states where its model is wrong and lives there. The probes drive a
 few fixed manoeuvres (cornering, braking, power on; on asphalt and on ice) from the same start
 for `SECONDS` in both worlds, on a wide open surface of uniform grip, and compare where the car

@@ -48,7 +48,7 @@ def evaluate_stage(
     results: dict[str, dict[str, Any]] = {}
     for name in pick_names(family, known, known, f"{POLICIES_KEY}; the baselines"):
         out, plots = Path(ep.out_dir) / f"{name}.json", Path(ep.plot_dir) / name
-        if tracks:  # the pipeline's suite results (metrics/eval/<name>.json) stay as they are
+        if tracks:  # the pipeline's suite results (records/eval/<name>.json) stay as they are
             tag = "_".join(Path(t).stem for t in tracks)
             out, plots = (
                 Path(ep.out_dir) / "tracks" / f"{name}_{tag}.json",

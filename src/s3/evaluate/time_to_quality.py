@@ -28,16 +28,16 @@ lap-completing checkpoint (no interpolation between checkpoints); None when none
 bound: `not_reached_within_s`, direct's budget or the distilled route's last checkpoint).
 
 The time axis, reproducible from the recorded throughputs rather than from each chunk's clock:
-- direct: t = env_steps / env_steps_per_s (metrics/train/direct.json: env steps over its whole wall
+- direct: t = env_steps / env_steps_per_s (records/train/direct.json: env steps over its whole wall
   clock, worker start, validation and export included);
 - distilled: t = offset + env_steps / env_steps_per_s, the rate being the first seed's env steps over
-  its whole training wall clock, validation and export included, like direct's (metrics/train/<name>.json
+  its whole training wall clock, validation and export included, like direct's (records/train/<name>.json
   seed_selection.seeds, else the kept seed's train; the seeds trained side by side, so the first seed's
-  clock is the route's), offset = the one-time collection (metrics/collect.json wall_seconds_total)
-  + distillation of its model (metrics/distill/<model>.json total_wall_s).
+  clock is the route's), offset = the one-time collection (records/collect.json wall_seconds_total)
+  + distillation of its model (records/distill/<model>.json total_wall_s).
 For a real-time source (a simulator that runs at 1x per worker, e.g. BeamNG), as in
 s3.report.cost: direct t = env_steps x control_dt / workers (simulation alone, PPO updates not
-counted: a lower bound), collection = rows x control_dt / collect workers (rows: metrics/distill);
+counted: a lower bound), collection = rows x control_dt / collect workers (rows: records/distill);
 distillation and distilled PPO do not touch the source and keep their measured times.
 Each point also carries `wall_s` where the training recorded it (its own clock at that checkpoint).
 
@@ -52,6 +52,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from s3 import headline
 from s3.catalog import DIRECT
 from s3.evaluate.holdout import HOLDOUT_SEED, START_SPEED
 from s3.evaluate.ttq_checkpoints import CHECKPOINTS, ICE_SLOTS, N_TRACKS, STARTS, ttq_tracks
@@ -66,7 +67,7 @@ from s3.evaluate.ttq_routes import (
     planned_checkpoints,
     read_metrics,
 )
-from s3.io import json_safe, write_json_atomic
+from s3.io import json_safe
 from s3.progress import progress
 from s3.sim.backends import side_by_side_names, sim_backend
 
@@ -95,7 +96,7 @@ def time_to_quality(
             f"needs the embedded simulator (sim.backend {side_by_side_names()}, not {params.sim.backend!r}): every "
             "checkpoint drives side by side"
         )
-        write_json_atomic(out, {"not_run": reason})
+        headline.write_record(out, {"not_run": reason}, headline.time_to_quality)
         if plot_path is not None:
             from s3.viz.time_to_quality_plots import plot_not_run
 
@@ -147,9 +148,9 @@ def time_to_quality(
         "rule": RULE,
         "lap_share_needed": LAP_SHARE,
         "time_axis": {
-            DIRECT: f"env_steps / env_steps_per_s (metrics/train/{DIRECT}.json)",
+            DIRECT: f"env_steps / env_steps_per_s (records/train/{DIRECT}.json)",
             "distilled": "collect wall + distill total_wall_s + env_steps / env_steps_per_s (the first seed's env "
-            "steps over its whole training wall clock, metrics/train/<policy>.json seed_selection.seeds), as "
+            "steps over its whole training wall clock, records/train/<policy>.json seed_selection.seeds), as "
             "direct's rate is over its whole run",
             "real_time": "direct: env_steps x control_dt / workers; distilled: collect rows x control_dt / collect "
             "workers + distill + PPO",
@@ -171,9 +172,10 @@ def time_to_quality(
         "budget_rule": budget_rule(direct, routes, list(params.families)),
     }
     result = json_safe(result)
-    write_json_atomic(out, result)
-    if plot_path is not None:
-        from s3.viz.time_to_quality_plots import plot_time_to_quality
+    headline.write_record(out, result, headline.time_to_quality)
+    if plot_path is not None:  # the figure, and its curves as data beside it (plots/time_to_quality/<route>.csv)
+        from s3.viz.time_to_quality_plots import plot_time_to_quality, write_curves_csv
 
         plot_time_to_quality(plot_path, result)
+        write_curves_csv(Path(plot_path).with_suffix(""), result)
     return result

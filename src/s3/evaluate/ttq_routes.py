@@ -63,7 +63,7 @@ def _add(*xs: float | None) -> float | None:
 
 
 def collection_cost(metrics_dir: Path, rows: float | None, dt: float) -> dict[str, Any]:
-    """The one-time collection: measured wall clock (metrics/collect.json) and its real-time equivalent."""
+    """The one-time collection: measured wall clock (records/collect.json) and its real-time equivalent."""
     rec = read_metrics(metrics_dir / "collect.json")
     wall = number_at(rec, "wall_seconds_total")
     if wall is None:

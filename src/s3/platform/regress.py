@@ -5,8 +5,8 @@
     s3 regress --ref main        compare with the metrics files committed at a git ref instead
 
 Which metrics count and how much they may move is the `regress:` section of params.yaml:
-predictive errors (lower is better; the test-window errors of metrics/distill and the manoeuvre
-probes' errors in metrics/eval) may grow by `error_growth_pct` % (plus `error_abs_floor`
+predictive errors (lower is better; the test-window errors of records/distill and the manoeuvre
+probes' errors in records/eval) may grow by `error_growth_pct` % (plus `error_abs_floor`
 so that a zero baseline is not a hair trigger); completion rates and lap shares (higher is better)
 may drop by `completion_drop` (absolute); lap times may grow by `lap_time_growth_pct` %. A metric that
 became null (diverged) or disappeared is a regression; new metrics are reported, not judged. A policy

@@ -7,12 +7,12 @@ model family, the policy trained in it (default: the family's own) and dotted ov
 `--set` keys of s3.config. A variant runs in its own workspace, `<root>/<set>/<variant>` (made by
 s3.platform.workspace, sharing this project's DVC cache), whose params.yaml is the base file plus
 the overrides; there `dvc repro evaluate@<policy>` runs collect, distill@<family>, train@<policy>
-and evaluate@<policy>, nothing else. Then metrics/experiments/<set>/<variant>.json is written
+and evaluate@<policy>, nothing else. Then records/experiments/<set>/<variant>.json is written
 atomically:
 
     {"params": {dotted key: value, ...every override},
-     "distill": metrics/distill/<family>.json, "eval": metrics/eval/<policy>.json,
-     "train": metrics/train/<policy>.json}                                  (exactly these keys)
+     "distill": records/distill/<family>.json, "eval": records/eval/<policy>.json,
+     "train": records/train/<policy>.json}                                  (exactly these keys)
 
 Resumption: a variant whose result file exists is skipped (`--force` runs it again: DVC re-runs
 what changed since, e.g. the code); a killed variant resumes in its workspace (collect keeps its
@@ -43,7 +43,7 @@ from s3.config import Params
 from s3.io import workspace_lock, write_json_atomic
 from s3.platform.study_set import Study, StudyError, Variant, check_variant, load_study, params_text
 
-RESULTS_DIR = Path("metrics/experiments")
+RESULTS_DIR = Path("records/experiments")
 DEFAULT_ROOT = Path("/tmp/s3-study")
 RESULT_KEYS = ("params", "distill", "eval", "train")
 
@@ -53,9 +53,9 @@ def result_of(workspace: Path, variant: Variant) -> dict[str, Any]:
     """The variant's result from its workspace's metrics: exactly RESULT_KEYS."""
     ws = Path(workspace)
     files = {
-        "distill": ws / "metrics/distill" / f"{variant.family}.json",
-        "eval": ws / "metrics/eval" / f"{variant.policy}.json",
-        "train": ws / "metrics/train" / f"{variant.policy}.json",
+        "distill": ws / "records/distill" / f"{variant.family}.json",
+        "eval": ws / "records/eval" / f"{variant.policy}.json",
+        "train": ws / "records/train" / f"{variant.policy}.json",
     }
     out: dict[str, Any] = {"params": dict(variant.overrides)}
     for key, f in files.items():
@@ -125,10 +125,10 @@ def seed_rollouts(workspace: Path, params: Params, donors: Iterable[Path]) -> Pa
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(donor / "data/rollouts", tmp)
         tmp.rename(dest)
-        record = donor / "metrics/collect.json"
+        record = donor / "records/collect.json"
         if record.is_file():
-            (Path(workspace) / "metrics").mkdir(exist_ok=True)
-            shutil.copy2(record, Path(workspace) / "metrics/collect.json")
+            (Path(workspace) / "records").mkdir(exist_ok=True)
+            shutil.copy2(record, Path(workspace) / "records/collect.json")
         return Path(donor)
     return None
 

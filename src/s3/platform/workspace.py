@@ -33,6 +33,7 @@ RESULTS = (
     "data/",
     "models/",
     "policies/",
+    "records/",
     "metrics/",
     "plots/",
     "reports/",
@@ -72,10 +73,10 @@ def prepare_workspace(
         local.write_text(f"[cache]\n    dir = {src / '.dvc' / 'cache'}\n")
     else:
         local.unlink(missing_ok=True)
-    experiments = dest / "metrics" / "experiments"  # the report's dep on the study's results: there, empty of results
+    experiments = dest / "records" / "experiments"  # the report's dep on the study's results: there, empty of results
     experiments.mkdir(parents=True, exist_ok=True)
-    if (src / "metrics" / "experiments" / "README.md").exists() and not (experiments / "README.md").exists():
-        shutil.copy2(src / "metrics" / "experiments" / "README.md", experiments / "README.md")
+    if (src / "records" / "experiments" / "README.md").exists() and not (experiments / "README.md").exists():
+        shutil.copy2(src / "records" / "experiments" / "README.md", experiments / "README.md")
     if params_file is not None:
         p = Path(params_file)
         shutil.copy2(p if p.is_absolute() else src / p, dest / "params.yaml")

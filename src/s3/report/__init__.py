@@ -1,7 +1,7 @@
 """s3.report: the report stage (`s3 report`): does a better dynamics model give a better policy?
 
-It reads what the stages wrote (metrics/distill, metrics/train, metrics/eval, metrics/time_to_quality.json,
-metrics/experiments) and writes metrics/report.json, reports/report.md and plots/report/; it runs no
+It reads what the stages wrote (records/distill, records/train, records/eval, records/time_to_quality.json,
+records/experiments) and writes records/report.json, reports/report.md and plots/report/; it runs no
 simulator and no model. The floor above s3.evaluate: it may import evaluate, never the reverse.
 
     report.py   build_report / write_report / report: the stage, joining the steps below

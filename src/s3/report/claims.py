@@ -122,7 +122,7 @@ def accuracy(
     families: Sequence[str],
     graded: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """Claim 3: rho over models; `graded` = {variant: {"distill": metrics/distill dict, "eval": metrics/eval dict}}."""
+    """Claim 3: rho over models; `graded` = {variant: {"distill": records/distill dict, "eval": records/eval dict}}."""
     points: dict[str, tuple[float, float]] = {}
     for fam in families:
         x, y = num(get(rows.get(fam), "prediction", HEADLINE_ERROR)), quality(evals.get(fam))
@@ -201,7 +201,7 @@ def friction(ablation: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def efficiency_claim(ttq: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Claim 1 from the time-to-quality curves (metrics/time_to_quality.json): direct's time to a lap-completing
+    """Claim 1 from the time-to-quality curves (records/time_to_quality.json): direct's time to a lap-completing
     checkpoint minus the best family's (collection and distillation included), measured and for a real-time source.
     One training seed per route: no interval, so the verdict is "cannot tell" whatever the difference; a route that
     never reached quality contributes its bound (`not_reached_within_s`), which makes the effect a bound too."""
@@ -215,7 +215,7 @@ def efficiency_claim(ttq: Mapping[str, Any] | None) -> dict[str, Any]:
             +1,
             None,
             "—",
-            {"reason": (ttq or {}).get("not_run", "metrics/time_to_quality.json not found")},
+            {"reason": (ttq or {}).get("not_run", "records/time_to_quality.json not found")},
             "not run",
         )
     detail: dict[str, Any] = {"distilled_policy": get(ttq, "distilled_best", "policy")}

@@ -5,7 +5,7 @@
     efficiency(t_distilled, ..., one_time)      speed-up of the RL phase, break-even number of policies
     efficiency_block(rows, collect, direct)     per distilled policy: measured, and for a real-time source
 
-The definitions the report states (metrics/report.json `definitions`: rl_wall_to_policy, speedup,
+The definitions the report states (records/report.json `definitions`: rl_wall_to_policy, speedup,
 one_time_cost, break_even, real_time) are their contract. A cost that was not measured is None
 and its text is DASH.
 """
@@ -79,9 +79,9 @@ def collect_cost(
     manifest: Mapping[str, Any] | None, dt: float | None, record: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Collection rows from the rollout manifest, wall clock and workers from the run record
-    (metrics/collect.json; a manifest written before the record existed held them); real-time equivalents."""
+    (records/collect.json; a manifest written before the record existed held them); real-time equivalents."""
     rows = num(get(manifest, "rows"))
-    timed, name = (record, "metrics/collect.json") if record is not None else (manifest, "manifest")
+    timed, name = (record, "records/collect.json") if record is not None else (manifest, "manifest")
     wall = num(get(timed, "wall_seconds_total"))
     source = f"{name} wall_seconds_total"
     if wall is None:

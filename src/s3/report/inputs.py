@@ -8,7 +8,7 @@ list the caller passes), a value that is not a finite number is None.
     json_names(folder)                the stems of folder/*.json
     order_names(names, ...)           families, then policies trained in a model, the baselines, the rest
     control_dt(manifest, ...)         the source simulator's control period
-    horizon_curves(distill_dir)       family -> its metrics/distill `error_vs_horizon` curve
+    horizon_curves(distill_dir)       family -> its records/distill `error_vs_horizon` curve
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def control_dt(manifest: Mapping[str, Any] | None, metrics_dir: Path, evals: Map
 
 
 def horizon_curves(distill_dir: Path) -> dict[str, dict[str, Any]]:
-    """family -> the `error_vs_horizon` entry of metrics/distill/<family>.json (families in their order)."""
+    """family -> the `error_vs_horizon` entry of records/distill/<family>.json (families in their order)."""
     curves = {}
     for name in order_names(json_names(distill_dir)):
         try:

@@ -3,7 +3,7 @@
     quality_ranks(rows) -> {name: rank}        rank 1 = best, equal keys share their average rank
     spearman(errors, ranks) -> {rho, p_value, n, families, reason}
 
-The definitions the report states (metrics/report.json `definitions`: quality_rank, spearman)
+The definitions the report states (records/report.json `definitions`: quality_rank, spearman)
 are the contract of these two functions.
 """
 

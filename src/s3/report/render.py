@@ -6,7 +6,7 @@
     markdown(report, figures, reports_dir)           reports/report.md
     readme_table(report), replace_readme_block(...)  the README's generated results block (`s3 report --readme`)
 
-Rendering reads only the report dict (metrics/report.json), never the files it was built from;
+Rendering reads only the report dict (records/report.json), never the files it was built from;
 markdown() leaves out when and where the report was generated, so the same metrics give the
 same bytes.
 """
@@ -272,7 +272,7 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
     figs = [f"![{Path(f).stem}]({os.path.relpath(Path(f).resolve(), Path(reports_dir).resolve())})" for f in figures]
     parts = [
         "# s3 report: prediction accuracy vs policy quality",
-        # when and on which host: metrics/report.json (the same metrics, the same bytes)
+        # when and on which host: records/report.json (the same metrics, the same bytes)
         f"Generated from `{report['metrics_dir']}`. Bit-identical results hold on one machine only (the same clone "
         "on another machine of the same kind trained other policies): the conclusions rest on the intervals, which "
         "state their n.",
@@ -329,7 +329,7 @@ def readme_rows(report: Mapping[str, Any]) -> list[list[str]]:
 
 
 def readme_table(report: Mapping[str, Any]) -> str:
-    """The README's results block, from metrics/report.json alone (the same report, the same text): the policies'
+    """The README's results block, from records/report.json alone (the same report, the same text): the policies'
     quality over the evaluation suite, then the paper's claims with effect, interval, n and verdict."""
     return "\n\n".join(
         [

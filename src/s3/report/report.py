@@ -1,12 +1,12 @@
 """The report stage: does a better dynamics model give a better policy?
 
-    report(metrics_dir="metrics", reports_dir="reports", plots_dir="plots/report") -> report dict
+    report(metrics_dir="records", reports_dir="reports", plots_dir="plots/report") -> report dict
 
-joins `metrics/distill/<family>.json` (prediction accuracy), `metrics/eval/<name>.json` (policy
-quality back in the source simulator), `metrics/train/<name>.json` (RL wall clock), the
-rollout manifest (rows) and `metrics/collect.json` (collection wall clock) into one report, and writes
+joins `records/distill/<family>.json` (prediction accuracy), `records/eval/<name>.json` (policy
+quality back in the source simulator), `records/train/<name>.json` (RL wall clock), the
+rollout manifest (rows) and `records/collect.json` (collection wall clock) into one report, and writes
 
-    metrics/report.json                      everything below, strict JSON (null = not measured)
+    records/report.json                      everything below, strict JSON (null = not measured)
     reports/report.md                        the tables, the definitions, links to the figures
     plots/report/accuracy_vs_quality.png     prediction error against policy quality
     plots/report/error_vs_horizon.png        every family's open-loop position error against horizon
@@ -38,8 +38,9 @@ from typing import Any
 
 from rich.console import Console
 
+from s3 import headline
 from s3.catalog import DIRECT, FAMILIES, FAMILY, ORACLE_KIND
-from s3.io import json_safe, write_json_atomic, write_text_atomic
+from s3.io import json_safe, write_text_atomic
 from s3.report.claims import claims
 from s3.report.cost import collect_cost, direct_cost, efficiency_block
 from s3.report.inputs import BASELINES, control_dt, horizon_curves, json_names, order_names, read_json
@@ -87,7 +88,7 @@ DEFINITIONS = {
     "reached'. For `direct` (PPO in the source simulator) its wall_s, or, when it never completes the nominal lap, "
     "'not reached within budget B' and the speed-up is a lower bound (>= B / t_distilled)",
     "speedup": "t_direct / t_distilled (RL phase only)",
-    "one_time_cost": "collection wall clock (metrics/collect.json) + that family's distill wall clock (total_wall_s: "
+    "one_time_cost": "collection wall clock (records/collect.json) + that family's distill wall clock (total_wall_s: "
     "data loading, training and the accuracy evaluation); paid once, shared by every policy trained on the model",
     "break_even": "n = one_time_cost / (t_direct - t_distilled): after ceil(n) policies (ablations, seeds) the "
     "distilled route has cost less in total. When direct never reached the lap, t_direct > B, so n computed with B "
@@ -181,8 +182,8 @@ def build_report(
 
 
 def read_experiments(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
-    """{set: {variant: {"distill": metrics/distill dict, "eval": metrics/eval dict, "params": ...}}} from
-    metrics/experiments/<set>/<variant>.json (`s3 study run` writes them; absent = not run)."""
+    """{set: {variant: {"distill": records/distill dict, "eval": records/eval dict, "params": ...}}} from
+    records/experiments/<set>/<variant>.json (`s3 study run` writes them; absent = not run)."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     if not folder.is_dir():
         return out
@@ -194,7 +195,7 @@ def read_experiments(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
 
 
 def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path, plots_dir: Path) -> list[Path]:
-    """metrics/report.json, the figures and reports/report.md (all atomic); returns their paths."""
+    """records/report.json, the figures and reports/report.md (all atomic); returns their paths."""
     from s3.report.plots import plot_accuracy_vs_quality
     from s3.viz.distill_plots import plot_error_vs_horizon
 
@@ -204,7 +205,7 @@ def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path
         figs.append(
             plot_error_vs_horizon(Path(plots_dir) / HORIZON_FIGURE, curves, "open-loop position error, every family")
         )
-    out = write_json_atomic(Path(metrics_dir) / "report.json", report)
+    out = headline.write_record(Path(metrics_dir) / "report.json", report, headline.report)
     ttq_figure = (
         Path(plots_dir).parent / "time_to_quality.png"
     )  # the time_to_quality stage's figure, linked (not written) here
@@ -214,7 +215,7 @@ def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path
 
 
 def report(
-    metrics_dir: str | Path = "metrics",
+    metrics_dir: str | Path = "records",
     reports_dir: str | Path = "reports",
     plots_dir: str | Path = "plots/report",
     console: Console | None = None,

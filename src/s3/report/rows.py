@@ -1,8 +1,8 @@
 """One row of the report per policy: its prediction accuracy next to its policy quality.
 
-    policy_row(name, kind, distill, ev, train, prediction_from) -> the row dict of metrics/report.json
+    policy_row(name, kind, distill, ev, train, prediction_from) -> the row dict of records/report.json
 
-reads one policy's metrics/distill (its model's), metrics/eval and metrics/train dicts; every
+reads one policy's records/distill (its model's), records/eval and records/train dicts; every
 value that was not measured is None. The quality rank is left None here (s3.report.ranks
 ranks the families against each other).
 """
@@ -18,7 +18,7 @@ from s3.report.inputs import BASELINES, get, num
 
 CONDITIONS = ("nominal", "ice")
 ERROR_METRICS = ("ade_1s_all", "ade_2s_all", "ade_1s_ice", "ade_2s_ice")
-PROBE_METRICS = ("probe_3s_asphalt", "probe_3s_ice")  # manoeuvre probes (s3.evaluate.probes), from metrics/eval
+PROBE_METRICS = ("probe_3s_asphalt", "probe_3s_ice")  # manoeuvre probes (s3.evaluate.probes), from records/eval
 CORRELATED = (*ERROR_METRICS, *PROBE_METRICS)
 POLICY_KEYS = (
     "mean_abs_steering_rate",
@@ -70,7 +70,7 @@ def _seeds_for(ev: Mapping[str, Any] | None, cond: str, half_width: float) -> in
 
 
 def policy_columns(ev: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """Per condition, over the evaluation suite (metrics/eval `summary.suite`): completion rate, lap
+    """Per condition, over the evaluation suite (records/eval `summary.suite`): completion rate, lap
     share and lap time as means over seeds with their two-level 95 % intervals and n, the smoothness
     and safety metrics as means over seeds."""
     out: dict[str, dict[str, Any]] = {}

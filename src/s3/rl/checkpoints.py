@@ -12,7 +12,7 @@
                                in increasing env_steps}
 
 Byte-stable like the policy beside it: the same weights give the same files, so no wall clock is
-written here (a distilled run's go to its stage metrics, metrics/train/<name>.json "checkpoints";
+written here (a distilled run's go to its stage metrics, records/train/<name>.json "checkpoints";
 `direct`'s per-chunk wall clock is its metrics' learning_curve). A checkpoint is deployed exactly as
 the policy is (s3.rl.export.deployable): deterministic mean action, the steering map it trained under.
 """

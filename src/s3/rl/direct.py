@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from s3 import headline
 from s3.catalog import DIRECT
 from s3.compute.sim_pool import resolve_workers
 from s3.io import json_safe, write_json_atomic
@@ -94,7 +95,7 @@ def write_skipped(params: Params, out_dir: str | Path, metrics_dir: str | Path |
     shutil.rmtree(folder, ignore_errors=True)  # no policy of an earlier run stands in for this one
     write_json_atomic(folder / SKIPPED, summary)
     if metrics_dir is not None:
-        write_json_atomic(Path(metrics_dir) / f"{NAME}.json", summary)
+        headline.write_record(Path(metrics_dir) / f"{NAME}.json", summary, headline.train)
     return summary
 
 
@@ -299,7 +300,7 @@ def _finish(
         }
     )
     if metrics_dir is not None:
-        write_json_atomic(Path(metrics_dir) / f"{NAME}.json", summary)
+        headline.write_record(Path(metrics_dir) / f"{NAME}.json", summary, headline.train)
     if run is not None:
         run.log_metrics(
             {

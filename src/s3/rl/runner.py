@@ -223,11 +223,13 @@ class PPORun:
         return meta
 
     def plot(self, path: str | Path | None, validation: list[dict[str, Any]], title: str, best_env_steps: int) -> None:
-        """The learning curve (s3.viz.train_plots) of this process's iterations, with the validation points."""
+        """The learning curve (s3.viz.train_plots) of this process's iterations, with the validation points,
+        and those points as data beside it (`path` with .csv)."""
         if path is not None:
-            from s3.viz.train_plots import plot_learning_curve
+            from s3.viz.train_plots import plot_learning_curve, write_curve_csv
 
             plot_learning_curve(path, self.curve, validation, self.steps_per_iteration, title, best_env_steps)
+            write_curve_csv(Path(path).with_suffix(".csv"), validation)
 
 
 def setup(

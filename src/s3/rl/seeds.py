@@ -67,6 +67,7 @@ from s3.tracking import Recorder, Run
 
 CANDIDATES = ".seeds"
 CURVE = "learning_curve.png"  # each candidate's, in its folder
+CURVE_DATA = "learning_curve.csv"  # its validation points (s3.rl.runner.PPORun.plot)
 Scorer = Callable[[list[Path]], list[dict[str, Any]]]
 
 
@@ -283,6 +284,7 @@ def train_seeds(
             "validation_score": r["validation"]["score"],
             "iteration": r["validation"]["iteration"],
             "env_steps": r["train"]["env_steps"],
+            "stopped_by": r["train"].get("stopped_by"),
             "wall_s": r["train"].get("wall_s"),
             "mlflow_run_id": r["mlflow_run_id"],
         }
@@ -317,8 +319,9 @@ def train_seeds(
     final = out_dir / name
     src = root / f"seed{best}"
     copy_policy(src, final, seed_selection=selection)  # policy.json without wall clocks or run ids
-    if (src / CURVE).exists():
-        _copy(src / CURVE, Path(plot_path))
+    for curve in (CURVE, CURVE_DATA):  # the winner's learning curve: figure and data
+        if (src / curve).exists():
+            _copy(src / curve, Path(plot_path).with_suffix(Path(curve).suffix))
     shutil.rmtree(final / "seeds", ignore_errors=True)
     (final / "seeds").mkdir(parents=True)
     for s in sorted(results):

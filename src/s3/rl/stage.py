@@ -26,9 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from s3 import tracking
+from s3 import headline, tracking
 from s3.catalog import DIRECT
-from s3.io import write_json_atomic
 from s3.rl import TRAIN_WORKER_PRELOAD
 from s3.sim.backends import side_by_side_names, sim_backend
 from s3.workers import forkserver_context, prestart
@@ -100,7 +99,7 @@ def _train(
             model, Path(out_dir) / name, Path(plots_dir) / f"{name}.png", tp, family, run, model_folder
         )
     summary = {"policy": name, **summary}
-    write_json_atomic(Path(metrics_dir) / f"{name}.json", summary)
+    headline.write_record(Path(metrics_dir) / f"{name}.json", summary, headline.train)
     return summary
 
 

@@ -43,8 +43,8 @@ from typing import Any
 
 import torch
 
+from s3 import headline
 from s3.dynamics.base import DynamicsModel
-from s3.io import write_json_atomic
 from s3.rl.env import DistilledEnv, resolve_device
 from s3.rl.export import as_callable, deployable
 from s3.rl.loop import StepBudget
@@ -292,5 +292,5 @@ def train(
         model, Path(out_dir) / family, Path(plots_dir) / f"{family}.png", params, family, run, model_folder
     )
     if metrics_dir is not None:
-        write_json_atomic(Path(metrics_dir) / f"{family}.json", summary)
+        headline.write_record(Path(metrics_dir) / f"{family}.json", summary, headline.train)
     return summary

@@ -68,7 +68,7 @@ def log_stage_safely(*args: Any, **kwargs: Any) -> str | None:
 def log_collect(
     params: Any, manifest: str | Path, root: str | Path = ".", record: str | Path | None = None
 ) -> str | None:
-    """The collect stage: params, dataset size and (from the run record `record`, metrics/collect.json)
+    """The collect stage: params, dataset size and (from the run record `record`, records/collect.json)
     wall clock on the pipeline run, with the sample plot."""
     m = json.loads(Path(manifest).read_text())
     if record is not None and Path(record).exists():  # the run's wall clock is not in the dataset's manifest
@@ -88,7 +88,7 @@ def log_distill(params: Any, families: Iterable[str], root: str | Path = ".") ->
         art = [Path("plots/distill") / f"{fam}_{n}.png" for n in ("trajectories", "error_vs_horizon")] + [
             Path("models") / fam / "model.json"
         ]
-        log_stage_safely("distill", fam, p, Path("metrics/distill") / f"{fam}.json", art, root=root)
+        log_stage_safely("distill", fam, p, Path("records/distill") / f"{fam}.json", art, root=root)
 
 
 def log_train(

@@ -7,9 +7,28 @@ from pathlib import Path
 from typing import Any
 
 from s3.catalog import DIRECT
+from s3.io import write_text_atomic
 from s3.viz.track_plot import new_figure, save_figure
 
 ROUTE_KEYS = ("tracks", "rule", "lap_share_needed", "time_axis", "collect", "distilled_best", "budget_rule")
+
+
+def write_curves_csv(folder: str | Path, result: dict[str, Any]) -> Path:
+    """Each route's curve as `<folder>/<route>.csv` (t_s, t_real_time_s, env_steps, lap_share, completion),
+    for `dvc plots diff` to overlay experiments (dvc.yaml: x t_s, y lap_share); stale routes' files go."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cols = ("t_s", "t_real_time_s", "env_steps", "lap_share", "completion")
+    routes = {k: v for k, v in result.items() if k not in ROUTE_KEYS and isinstance(v, dict) and v.get("curve")}
+    for stale in folder.glob("*.csv"):
+        if stale.stem not in routes:
+            stale.unlink()
+    for name, route in routes.items():
+        rows = [",".join(cols)] + [
+            ",".join("" if p.get(c) is None else f"{p[c]:.6g}" for c in cols) for p in route["curve"]
+        ]
+        write_text_atomic(folder / f"{name}.csv", "\n".join(rows) + "\n")
+    return folder
 
 
 def plot_time_to_quality(path: str | Path, result: dict[str, Any]) -> Path:

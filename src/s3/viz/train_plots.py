@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from s3.io import write_text_atomic
 from s3.viz.track_plot import new_figure, save_figure
 
 
@@ -19,6 +20,15 @@ def _series(
         return np.zeros(0), np.zeros(0)
     it, v = np.array(pts, dtype=float).T
     return (it + 1) * steps_per_iteration, v
+
+
+def write_curve_csv(path: str | Path, validation: Sequence[dict[str, Any]]) -> Path:
+    """The validation points as CSV: env_steps, score (mean lap completion on the held-out tracks) and
+    laps_completed (their share of completed laps); dvc.yaml plots it (x env_steps, y score)."""
+    lines = ["env_steps,score,laps_completed"] + [
+        f"{int(v['env_steps'])},{v['mean_completion']:.6g},{v['completion_rate']:.6g}" for v in validation
+    ]
+    return write_text_atomic(path, "\n".join(lines) + "\n")
 
 
 def plot_learning_curve(

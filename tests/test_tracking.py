@@ -219,14 +219,19 @@ def test_parent_run_name_follows_the_dvc_experiment_else_workspace_params_and_co
     assert tracking.pipeline_run_name(ws, sha) == "s3-quick/params.yaml @ 1a2b3c4d"
     assert tracking.pipeline_run_name(ws, sha + "-dirty") == "s3-quick/params.yaml @ 1a2b3c4d-dirty"
     assert tracking.pipeline_run_name(ws, "unknown") == "s3-quick/params.yaml"  # no commit: no "@"
-    assert tracking.pipeline_tags(ws) == {"s3.params_file": "params.yaml"}
+    none = {"s3.dvc_experiment": "none", "s3.overrides": "unknown"}  # no git here: nothing to compare with
+    assert tracking.pipeline_tags(ws) == {"s3.params_file": "params.yaml", **none}
     info = {"source": "/src", "params_file": "params_quick.yaml", "source_commit": sha}
     (ws / tracking.WORKSPACE_FILE).write_text(json.dumps(info))  # a scratch workspace (git without commits)
     assert tracking.git_commit(ws) == sha  # tmp_path is outside any git repository
     assert tracking.pipeline_run_name(ws) == "s3-quick/params_quick.yaml @ 1a2b3c4d"
     monkeypatch.setenv(tracking.DVC_EXP_ENV, "funny-dado")  # what DVC sets in the stages of `dvc exp run`
     assert tracking.pipeline_run_name(ws, sha) == "funny-dado"
-    assert tracking.pipeline_tags(ws) == {"s3.params_file": "params_quick.yaml", "s3.dvc_experiment": "funny-dado"}
+    assert tracking.pipeline_tags(ws) == {
+        "s3.params_file": "params_quick.yaml",
+        "s3.dvc_experiment": "funny-dado",
+        "s3.overrides": "unknown",
+    }
 
 
 def test_parent_runs_are_named_and_tagged_and_one_per_dvc_experiment(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,7 +239,7 @@ def test_parent_runs_are_named_and_tagged_and_one_per_dvc_experiment(ws: Path, m
     plain = tracking.pipeline_run(ws)
     got = tracking.client(ws).get_run(plain.run_id)
     assert got.info.run_name == f"{ws.name}/params.yaml @ abcdef01"
-    assert got.data.tags["s3.params_file"] == "params.yaml" and "s3.dvc_experiment" not in got.data.tags
+    assert got.data.tags["s3.params_file"] == "params.yaml" and got.data.tags["s3.dvc_experiment"] == "none"
     monkeypatch.setenv(tracking.DVC_EXP_ENV, "funny-dado")
     exp = tracking.pipeline_run(ws)
     assert exp.run_id != plain.run_id and tracking.pipeline_run(ws).run_id == exp.run_id
@@ -242,3 +247,34 @@ def test_parent_runs_are_named_and_tagged_and_one_per_dvc_experiment(ws: Path, m
     assert got.info.run_name == "funny-dado" and got.data.tags["s3.dvc_experiment"] == "funny-dado"
     flow = tracking.client(ws).get_run(tracking.start_pipeline_run(ws))
     assert flow.info.run_name == "funny-dado" and flow.data.tags["s3.params_file"] == "params.yaml"
+
+
+def test_runs_carry_the_experiment_and_its_overridden_params(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `dvc exp run -S train.ppo.learning_rate=0.0005 -n lr5e-4` leaves: params.yaml changed against
+    its commit and DVC_EXP_NAME set; the parent and its family runs are found by either in MLflow."""
+    import subprocess
+
+    (ws / "params.yaml").write_text("seed: 0\ntrain:\n  ppo: {learning_rate: 0.001, gamma: 0.99}\n  seeds: [1, 2]\n")
+    for cmd in (
+        ["init", "-q"],
+        ["add", "params.yaml"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "b"],
+    ):
+        subprocess.run(["git", *cmd], cwd=ws, check=True)
+    assert tracking.overrides(ws) == {}
+    assert tracking.pipeline_tags(ws)["s3.overrides"] == "none"
+    (ws / "params.yaml").write_text("seed: 0\ntrain:\n  ppo: {learning_rate: 0.0005, gamma: 0.99}\n  seeds: [1, 3]\n")
+    assert tracking.overrides(ws) == {"train.ppo.learning_rate": "0.0005", "train.seeds": "[1, 3]"}
+    monkeypatch.setenv(tracking.DVC_EXP_ENV, "lr5e-4")
+    tracking.family_run("ddm", ws)
+    c = tracking.client(ws)
+    exp_id = c.get_experiment_by_name(tracking.experiment_name()).experiment_id
+    found = c.search_runs([exp_id], filter_string="tags.`s3.dvc_experiment` = 'lr5e-4'")
+    assert sorted(r.info.run_name for r in found) == ["ddm", "lr5e-4"]
+    for r in found:
+        assert r.data.tags["s3.overrides"] == "train.ppo.learning_rate=0.0005; train.seeds=[1, 3]"
+        assert r.data.tags["s3.override.train.ppo.learning_rate"] == "0.0005"
+    parent = next(r for r in found if r.info.run_name == "lr5e-4")
+    assert parent.data.tags["s3.git_commit"].endswith("-dirty")  # the experiment's baseline commit, changed
+    by_value = c.search_runs([exp_id], filter_string="tags.`s3.override.train.ppo.learning_rate` = '0.0005'")
+    assert {r.info.run_id for r in by_value} == {r.info.run_id for r in found}

@@ -88,7 +88,7 @@ def family_run(family: str, root: str | Path = ".") -> Run | None:
     )
     if found:
         return Run(parent.uri, parent.experiment_id, found[0].info.run_id)
-    return parent.child(family, {"s3.family": family, "s3.kind": "family"})
+    return parent.child(family, {**pipeline_tags(root), "s3.family": family, "s3.kind": "family"})
 
 
 def family_run_safely(family: str, root: str | Path = ".") -> Run | None:

@@ -3,8 +3,11 @@
 A parent (pipeline) run is named by `pipeline_run_name`: under `dvc exp run` the DVC experiment's
 name ($DVC_EXP_NAME, which DVC sets in every stage of an experiment), otherwise
 `<workspace folder>/<params file> @ <short commit>` (`@ <commit>` only when there is one), e.g.
-`s3-quick/params_quick.yaml @ 1a2b3c4d`. It carries `pipeline_tags`: the params file and, under
-`dvc exp run`, the experiment's name.
+`s3-quick/params_quick.yaml @ 1a2b3c4d`. It and its family runs carry `pipeline_tags`: the params
+file, the DVC experiment's name (`none` outside `dvc exp run`) and the overridden params: every
+params.yaml value that differs from the committed params.yaml (what `dvc exp run -S` set), as
+`s3.overrides` ("train.ppo.learning_rate=0.0005; ...", `none`) and one `s3.override.<key>` tag each,
+so the UI finds an experiment's runs by `tags.s3.dvc_experiment = 'lr5e-4'` or by an override.
 
 A scratch workspace (s3.platform.workspace) is a copy without the source's git history; it writes
 WORKSPACE_FILE, a JSON object {"source": path, "params_file": name or null, "source_commit": sha},
@@ -17,6 +20,7 @@ import hashlib
 import json
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,8 @@ DVC_EXP_ENV = "DVC_EXP_NAME"  # set by DVC in the stages of `dvc exp run`
 COMMIT_ENV = "S3_GIT_COMMIT"
 WORKSPACE_FILE = ".s3-workspace.json"
 UNKNOWN = "unknown"
+NONE = "none"
+MAX_OVERRIDE_TAGS = 20  # one tag per overridden key up to this many (s3.overrides lists them all)
 
 
 def _sha(path: Path) -> str:
@@ -94,7 +100,40 @@ def pipeline_run_name(root: str | Path = ".", commit: str | None = None) -> str:
     return f"{label} @ {short}" if short else label
 
 
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as {"a.b.c": leaf}; lists and empty mappings are leaves."""
+    if isinstance(d, Mapping) and d:
+        return {
+            k: v for key, val in d.items() for k, v in _flat(val, f"{prefix}.{key}" if prefix else str(key)).items()
+        }
+    return {prefix: d}
+
+
+def overrides(root: str | Path = ".") -> dict[str, str] | None:
+    """params.yaml's values that differ from its committed version (git HEAD), key -> new value as
+    YAML; None when there is no committed version to compare with (no git, no commit)."""
+    import yaml
+
+    root = Path(root)
+    try:
+        base = subprocess.run(
+            ["git", "show", "HEAD:./params.yaml"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout
+        old, new = yaml.safe_load(base) or {}, yaml.safe_load((root / "params.yaml").read_text()) or {}
+    except (OSError, subprocess.CalledProcessError, yaml.YAMLError):
+        return None
+    a, b = _flat(old), _flat(new)
+    changed = sorted(k for k in a.keys() | b.keys() if a.get(k, NONE) != b.get(k, NONE))
+    return {k: json.dumps(b[k]) if k in b else "(removed)" for k in changed}
+
+
 def pipeline_tags(root: str | Path = ".") -> dict[str, str]:
-    """The parent run's own tags: `s3.params_file`, and `s3.dvc_experiment` under `dvc exp run`."""
-    exp = dvc_experiment()
-    return {"s3.params_file": params_file(root), **({"s3.dvc_experiment": exp} if exp else {})}
+    """The tags of a pipeline run and its family runs (module docstring)."""
+    over = overrides(root)
+    listed = UNKNOWN if over is None else "; ".join(f"{k}={v}" for k, v in over.items()) or NONE
+    return {
+        "s3.params_file": params_file(root),
+        "s3.dvc_experiment": dvc_experiment() or NONE,
+        "s3.overrides": listed[:4000],
+        **{f"s3.override.{k}": v[:500] for k, v in list((over or {}).items())[:MAX_OVERRIDE_TAGS]},
+    }

@@ -39,6 +39,7 @@ bench: install
 
 # --- platform (see README "Platform") ---
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export PREFECT_HOME ?= $(CURDIR)/.prefect  # the server's SQLite and the flows' results: here, not in ~/.prefect
 PREFECT_PORT ?= 4200
 MLFLOW_PORT ?= 5000
 QUICK_DIR ?= /tmp/s3-quick
@@ -62,7 +63,7 @@ graded: install  ## claim 3: ddm and transformer of graded accuracy (fewer epoch
 ui: install  ## Prefect server + dashboard on http://127.0.0.1:$(PREFECT_PORT) (SQLite in $$PREFECT_HOME)
 	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
 
-flow: install  ## the pipeline as a Prefect flow against the `make ui` server
+flow: install  ## the pipeline as a Prefect flow against the `make ui` server (no server: one line says so)
 	PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api $(BIN)/python -m flows.pipeline
 
 nightly: install  ## long-lived: serves the scheduled `nightly-regression` deployment

@@ -2,15 +2,19 @@
 
     python -m flows.pipeline [--root DIR] [TARGET ...]
 
-- The stage graph is `dvc.repo.Repo(root).index.graph`; nothing here lists stages. Stages run
-  generation by generation; the members of a `foreach` (`distill@bicycle`, `distill@ddm`, ...)
-  are one mapped task. Each task calls `Repo(root).reproduce(targets=[stage], single_item=True)`.
+- The stage graph is `dvc.repo.Repo(root).index.graph`; nothing here lists stages. Each stage is
+  one task run (task `distill`, run `distill@ddm`) submitted with `wait_for` its upstream stages'
+  runs, so Prefect records the edges (each task run's `task_inputs`) and the dashboard's flow-run
+  graph draws the DAG. Each task calls `Repo(root).reproduce(targets=[stage], single_item=True)`
+  and logs one line: ran, or up to date.
 - Cache key: DVC's own run-cache hash of the stage (command, dependency hashes, parameter
   values; see dvc/stage/cache.py) plus the workspace path. An unchanged stage (DVC's verdict)
   whose key Prefect has seen shows as Cached and is not re-run. A stage DVC calls changed is
   always run, even when Prefect holds its key (e.g. params reverted, outputs deleted), and the
   record is rewritten afterwards.
-- Retries with exponential backoff on `collect` and `evaluate` (simulators drop connections).
+- No task retries: the stage's own jobs are the one layer that retries (s3.compute.retry: shards,
+  evaluation runs and source simulators, with backoff; a failure that will repeat is not retried),
+  so a failed stage has already spent its retries.
 - MLflow: the flow opens the parent run of this pipeline run and hands its id to the stage
   commands through $S3_MLFLOW_PARENT_RUN_ID; each family's stages log into its child run.
 """
@@ -22,12 +26,11 @@ import hashlib
 import os
 import sys
 import threading
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, task, unmapped
+from prefect import flow, get_run_logger, task
 from prefect.context import TaskRunContext
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -72,6 +75,16 @@ def stage_generations(root: str, targets: list[str] | None = None) -> list[list[
             keep = set(want) | {d for s in want for d in nx.descendants(g, s)}
         sub = g.subgraph(keep).reverse(copy=True)
         return [sorted(s.name for s in gen) for gen in nx.topological_generations(sub)]
+
+
+def stage_upstream(root: str, targets: list[str] | None = None) -> dict[str, list[str]]:
+    """Each stage (in dependency order, restricted as stage_generations) -> the stages it directly
+    depends on (DVC's graph: a dep that is another stage's output)."""
+    with _DVC_LOCK, _repo(root) as repo:
+        g = repo.index.graph
+        by_name = {s.name: s for s in g.nodes if getattr(s, "cmd", None)}
+    order = [n for gen in stage_generations(root, targets) for n in gen]
+    return {n: sorted(u.name for u in g.successors(by_name[n]) if u.name in order) for n in order}
 
 
 def _stage_hash(st: Any) -> str | None:
@@ -126,7 +139,7 @@ def run_stage(root: str, stage: str) -> dict[str, Any]:
         st = _stage(repo, stage)
         ran = repo.reproduce(targets=[f"{st.dvcfile.path}:{st.name}"], single_item=True)
     ran_names = [s.name for s in ran]
-    logger.info("%s: %s", stage, "ran" if ran_names else "up to date in DVC")
+    logger.info("%s: %s", stage, "ran" if ran_names else "up to date (DVC: nothing changed)")
     result = {"stage": stage, "ran": bool(ran_names)}
     ctx = TaskRunContext.get()
     if ctx is not None and ctx.result_store is not None:  # re-record the key after a forced run
@@ -150,34 +163,41 @@ def pipeline(root: str = ".", targets: list[str] | None = None, mlflow: bool = T
     logger = get_run_logger()
     root = str(Path(root).resolve())
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # the `s3` command
-    gens = stage_generations(root, targets)
-    logger.info("stages: %s", " -> ".join("[" + ", ".join(g) + "]" for g in gens))
+    upstream = stage_upstream(root, targets)
+    logger.info("%d stages: %s", len(upstream), ", ".join(upstream))
     parent = tracking.start_pipeline_run(root, tags={"s3.runner": "prefect"}) if mlflow and tracking.enabled() else None
     if parent:
         os.environ[tracking.PARENT_ENV] = parent
     ran: dict[str, bool] = {}
     status = "FAILED"
     try:
-        for gen in gens:
-            groups: dict[str, list[str]] = defaultdict(list)
-            for name in gen:
-                groups[name.split("@")[0]].append(name)
-            futures = []
-            for base, names in groups.items():
-                t = stage_task(base)
-                if any("@" in n for n in names):
-                    futures += list(t.map(root=unmapped(root), stage=names))
-                else:
-                    futures += [t.submit(root=root, stage=n) for n in names]
-            for f in futures:
-                r = f.result()
-                ran[r["stage"]] = r["ran"]
+        futures: dict[str, Any] = {}
+        for name, ups in upstream.items():  # dependency order: every upstream is submitted first
+            t = stage_task(name.split("@")[0])
+            futures[name] = t.submit(root=root, stage=name, wait_for=[futures[u] for u in ups])
+        for name, f in futures.items():
+            ran[name] = f.result()["ran"]
         status = "FINISHED"
     finally:
         if parent:
             os.environ.pop(tracking.PARENT_ENV, None)
             tracking.finish_pipeline_run(parent, root, status)
     return ran
+
+
+def server_unreachable() -> str | None:
+    """One line when $PREFECT_API_URL names a server that does not answer (else None: no server is
+    needed, Prefect then runs the flow against a temporary local one)."""
+    import httpx
+
+    url = os.environ.get("PREFECT_API_URL")
+    if not url:
+        return None
+    try:
+        httpx.get(f"{url.rstrip('/')}/health", timeout=3.0).raise_for_status()
+    except httpx.HTTPError:
+        return f"no Prefect server answers at {url}: start one with `make ui` (another terminal), then run this again"
+    return None
 
 
 if __name__ == "__main__":
@@ -188,4 +208,6 @@ if __name__ == "__main__":
     ap.add_argument("--root", default=".", help="the DVC workspace")
     ap.add_argument("--no-mlflow", action="store_true")
     a = ap.parse_args()
+    if (why := server_unreachable()) is not None:
+        sys.exit(why)
     print(pipeline(root=a.root, targets=a.targets or None, mlflow=not a.no_mlflow))

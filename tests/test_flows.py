@@ -1,4 +1,5 @@
-"""The Prefect flow over the DVC pipeline: stages from DVC, mapped families, cached second run."""
+"""The Prefect flow over the DVC pipeline: stages from DVC, their edges recorded in Prefect, one log
+line per stage, a cached second run, one line when no server answers."""
 
 from __future__ import annotations
 
@@ -41,6 +42,27 @@ def _task_states(flow_state) -> dict[str, str]:
     return {tr.name: tr.state.name for tr in runs}
 
 
+def _edges_and_lines(flow_state) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
+    """What the dashboard reads back: each task run's upstream task runs (by name) and its log lines."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId
+
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=10)  # logs reach the API in batches
+    fid = flow_state.state_details.flow_run_id
+    with get_client(sync_client=True) as c:
+        runs = c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fid])))
+        logs = c.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[fid])))
+    name = {tr.id: tr.name for tr in runs}
+    edges = {tr.name: {name[i.id] for i in tr.task_inputs.get("wait_for", [])} for tr in runs}
+    lines: dict[str, list[str]] = {tr.name: [] for tr in runs}
+    for log in logs:
+        if log.task_run_id in name:
+            lines[name[log.task_run_id]].append(log.message)
+    return edges, lines
+
+
 def test_generations_come_from_dvc() -> None:
     from flows.pipeline import stage_generations
 
@@ -53,6 +75,12 @@ def test_generations_come_from_dvc() -> None:
     for p in ("bicycle", "ddm", "transformer", "dytr", "oracle"):
         assert flat.index(f"train@{p}") < flat.index(f"evaluate@{p}") < flat.index("report")
     assert flat.index("distill@dytr") < flat.index("train@oracle")
+
+    from flows.pipeline import stage_upstream
+
+    up = stage_upstream(str(ROOT))
+    assert list(up) == flat and up["collect"] == [] and up["train@oracle"] == ["distill@dytr"]
+    assert up["evaluate@ddm"] == ["train@ddm"] and "time_to_quality" in up["report"]
 
 
 def test_flow_runs_stages_then_serves_them_from_cache(
@@ -71,10 +99,16 @@ def test_flow_runs_stages_then_serves_them_from_cache(
     assert ran == {"collect": True, **{f"distill@{f}": True for f in FAMILIES}}
     states = _task_states(first)
     assert set(states) == set(ran) and set(states.values()) == {"Completed"}
+    edges, lines = _edges_and_lines(first)  # the flow-run graph's edges, as the API serves them
+    assert edges == {"collect": set(), **{d: {"collect"} for d in DISTILL}}
+    assert all(ls == [f"{n}: ran", "Finished in state Completed()"] for n, ls in lines.items()), lines
 
     second = pipeline(root=str(ws), targets=DISTILL, return_state=True)
     assert second.is_completed()
     assert set(_task_states(second).values()) == {"Cached"}
+    edges, lines = _edges_and_lines(second)
+    assert edges["distill@ddm"] == {"collect"}
+    assert all(len(ls) == 1 and ls[0].startswith("Finished in state Cached") for ls in lines.values()), lines
 
     # a DVC-level change re-runs exactly that stage; the rest stay cached
     params = ws / "params.yaml"
@@ -153,3 +187,15 @@ def test_the_nightly_flow_runs_the_slow_tests_and_fails_with_them(tmp_path: Path
         run_slow_tests(tmp_path)
     (tmp_path / "test_x.py").write_text("import pytest\n\n@pytest.mark.slow\ndef test_a():\n    pass\n")
     assert "1 passed" in run_slow_tests(tmp_path)
+
+
+def test_flow_without_a_server_says_so_in_one_line() -> None:
+    import subprocess
+
+    env = {**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api"}  # nothing listens on port 9
+    r = subprocess.run([sys.executable, "-m", "flows.pipeline"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        "no Prefect server answers at http://127.0.0.1:9/api: start one with `make ui` (another terminal), "
+        "then run this again"
+    ]

@@ -278,3 +278,16 @@ def test_runs_carry_the_experiment_and_its_overridden_params(ws: Path, monkeypat
     assert parent.data.tags["s3.git_commit"].endswith("-dirty")  # the experiment's baseline commit, changed
     by_value = c.search_runs([exp_id], filter_string="tags.`s3.override.train.ppo.learning_rate` = '0.0005'")
     assert {r.info.run_id for r in by_value} == {r.info.run_id for r in found}
+
+
+def test_a_queued_experiment_logs_into_its_projects_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dvc exp run --queue` runs stages in a temporary copy: DVC_ROOT names the project (s3.tracking.store)."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    copy, project = tmp_path / ".dvc" / "tmp" / "exps" / "tmp123", tmp_path
+    monkeypatch.setenv("DVC_ROOT", str(project))
+    monkeypatch.delenv(tracking.DVC_EXP_ENV, raising=False)
+    assert tracking.tracking_uri(copy) == f"sqlite:///{copy.resolve() / 'mlflow.db'}"  # not an experiment
+    monkeypatch.setenv(tracking.DVC_EXP_ENV, "lr5e-4")
+    assert tracking.tracking_uri(copy) == f"sqlite:///{project.resolve() / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
+    assert tracking.tracking_uri(copy) == "sqlite:///elsewhere.db"

@@ -2,7 +2,8 @@
 
 - Switch: `enabled()` ($S3_MLFLOW). When it is off, nothing in s3.tracking creates a client, a
   database or a file.
-- Tracking URI: $MLFLOW_TRACKING_URI, else `sqlite:///<root>/mlflow.db`, always passed explicitly
+- Tracking URI: $MLFLOW_TRACKING_URI, else `sqlite:///<root>/mlflow.db` (a queued DVC experiment: its
+  project's, $DVC_ROOT), always passed explicitly
   (MLflow's default silently falls back to an old ./mlruns folder). With a SQLite store the
   artifacts go to `mlartifacts/` beside the database.
 - The experiment (`experiment_name()`: $S3_MLFLOW_EXPERIMENT, else "s3") carries EXPERIMENT_TAGS:
@@ -46,9 +47,17 @@ def experiment_name() -> str:
     return os.environ.get(EXPERIMENT_ENV) or DEFAULT_EXPERIMENT
 
 
+DVC_ROOT_ENV, DVC_EXP_NAME_ENV = "DVC_ROOT", "DVC_EXP_NAME"  # what DVC sets in a queued experiment's stages
+
+
 def tracking_uri(root: str | Path = ".") -> str:
-    """$MLFLOW_TRACKING_URI, else sqlite:///<root>/mlflow.db (absolute)."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(root).resolve() / 'mlflow.db'}"
+    """$MLFLOW_TRACKING_URI, else sqlite:///<project>/mlflow.db (absolute). The project is `root`,
+    except in a queued DVC experiment, which runs in a temporary copy: there DVC names the project
+    it belongs to in $DVC_ROOT, so its runs land beside the others instead of vanishing with the copy."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    project = Path(os.environ.get(DVC_ROOT_ENV) or root) if os.environ.get(DVC_EXP_NAME_ENV) else Path(root)
+    return f"sqlite:///{project.resolve() / 'mlflow.db'}"
 
 
 def artifact_location(uri: str) -> str | None:

@@ -46,7 +46,6 @@ def _edges_and_lines(flow_state) -> tuple[dict[str, set[str]], dict[str, list[st
     """What the dashboard reads back: each task run's upstream task runs (by name) and its log lines."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId
-
     from prefect.logging.handlers import APILogWorker
 
     APILogWorker.drain_all(timeout=10)  # logs reach the API in batches

@@ -24,7 +24,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Bottom to top: a module imports its own floor and lower floors only (floor 0 entries are single
 # modules; any other entry is a package with everything under it).
 FLOORS: list[tuple[str, ...]] = [
-    ("s3", "s3.io", "s3.workers", "s3.progress", "s3.catalog", "s3.headline"),  # 0 utilities (s3: the root __init__ only)
+    # 0 utilities (s3: the root __init__ only)
+    ("s3", "s3.io", "s3.workers", "s3.progress", "s3.catalog", "s3.headline"),
     ("s3.tracks",),  # 1
     ("s3.viz",),  # 2 plotting of plain arrays and tracks
     ("s3.sim",),  # 3

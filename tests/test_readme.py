@@ -245,7 +245,7 @@ def test_replace_readme_block_refuses_a_malformed_block() -> None:
 def test_the_committed_readme_block_is_the_committed_report() -> None:
     from s3.report.render import readme_block, readme_table
 
-    path = ROOT / "metrics" / "report.json"
+    path = ROOT / "records" / "report.json"
     if not path.exists():
         pytest.skip("no records/report.json committed")
     report = json.loads(path.read_text())

@@ -1,11 +1,15 @@
 """What the quick pipeline produced, as content digests.
 
-    python tests/golden/quick_digest.py <workspace> [--write]   # print (or pin in quick.json)
+    python tests/golden/quick_digest.py <workspace> [--write]   # print (or pin in quick.json for this kind)
 
 Each output is reduced to its content: the rollout rows, the model and policy tensors, the
 evaluation runs' outcomes (`direct`, trained for a wall-clock budget, is left out). File bytes
 are stable too now (tests/test_byte_stable.py), but content digests also survive a change of file
 format that keeps the numbers. tests/test_pipeline.py compares a fresh quick run with quick.json.
+
+The trained tensors are bit-for-bit only on one kind of CPU (the math libraries pick other kernels
+on another), so quick.json holds one set of digests per machine kind (`machine_kind()`: the CPU
+family, "Intel Xeon" or "AMD EPYC"); rollouts and baseline laps agree across kinds.
 """
 
 from __future__ import annotations
@@ -19,6 +23,24 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 EVAL_KEYS = ("track", "condition", "start_index", "seed", "reason", "steps", "completed", "distance_m")
+
+
+def machine_kind() -> str:
+    """'AMD EPYC', 'Intel Xeon', or the CPU's model name as /proc/cpuinfo gives it ('unknown')."""
+    try:
+        model = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        return "unknown"
+    return next((kind for kind in ("AMD EPYC", "Intel Xeon") if kind.split()[1] in model), model)
+
+
+def pinned() -> dict[str, str] | None:
+    """The digests pinned for this machine kind (None: none pinned yet)."""
+    return json.loads((HERE / "quick.json").read_text()).get(machine_kind())
 
 
 def _tensors(path: Path) -> str:
@@ -70,4 +92,5 @@ if __name__ == "__main__":
     d = digest(Path(sys.argv[1]))
     print(json.dumps(d, indent=1))
     if "--write" in sys.argv:
-        (HERE / "quick.json").write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")
+        kinds = json.loads((HERE / "quick.json").read_text())
+        (HERE / "quick.json").write_text(json.dumps({**kinds, machine_kind(): d}, indent=1, sort_keys=True) + "\n")

@@ -145,9 +145,7 @@ def test_metrics_show_and_mlflow_runs_carry_accuracy(quick: dict) -> None:
     for name in POLICIES:  # curves as data, for dvc plots diff
         head = (ws / "plots/train" / f"{name}.csv").read_text().splitlines()[0]
         assert head == "env_steps,score,laps_completed"
-    assert {p.stem for p in (ws / "plots/time_to_quality").glob("*.csv")} == {*POLICIES, "direct"} - {"oracle"} | (
-        {"oracle"} if (ws / "plots/time_to_quality/oracle.csv").exists() else set()
-    )
+    assert {p.stem for p in (ws / "plots/time_to_quality").glob("*.csv")} == set(POLICIES)  # one per route
 
     from mlflow.tracking import MlflowClient
 

@@ -112,8 +112,8 @@ def distill(record: Mapping[str, Any]) -> Headline:
 def train(record: Mapping[str, Any]) -> Headline:
     """records/train/<policy>.json: the validation score on held-out procedural tracks, mean over
     seeds, inside the model (`score_in_model`) and in the source (`score_in_source`, where measured);
-    env steps and wall clock (s) of the kept run; `truncated_seeds`: seeds a wall-clock cap stopped
-    (a record without each seed's reason: the kept seed's)."""
+    the kept seed's env steps; the stage's wall clock (s, every seed); `truncated_seeds`: seeds the
+    wall-clock safety cap stopped (a record without each seed's reason: the kept seed's)."""
     if "skipped" in record:  # not trainable beside this source simulator: nothing to compare
         return {}
     seeds = _get(record, "seed_selection", "seeds")

@@ -38,6 +38,7 @@ from s3.dynamics.metrics import ICE_MU, evaluate
 from s3.dynamics.params import DistillParams
 from s3.dynamics.registry import FAMILIES, new_model
 from s3.io import json_safe
+from s3.progress import progress
 
 
 class DistillError(RuntimeError):
@@ -210,10 +211,13 @@ def distill(
     }  # the wall clock is the run's: records/distill only
     save_checkpoint(model.cpu(), folder, params, extra={"train": json_safe(card), "split": split, "bicycle_fit": fit})
     model = model.to(device).eval()
-    metrics, plot_data = evaluate(
-        model, dm.data, dm.split["test"], params.eval_stride, params.divergence_seconds, params.throughput_sizes
-    )
-    metrics.update(model.distill_summary(lambda: dm.tensors.gather(torch.from_numpy(dm.test_index[:1024])), fit))
+    with progress(f"distill {family}: test metrics", 2, "parts") as bar:  # tens of seconds: a line every 30 s
+        metrics, plot_data = evaluate(
+            model, dm.data, dm.split["test"], params.eval_stride, params.divergence_seconds, params.throughput_sizes
+        )
+        bar.advance()
+        metrics.update(model.distill_summary(lambda: dm.tensors.gather(torch.from_numpy(dm.test_index[:1024])), fit))
+        bar.advance()
     metrics["train"] = train
     metrics["split_episodes"] = {k: len(v) for k, v in split.items()}
     metrics["rows"] = len(dm.data)

@@ -156,7 +156,7 @@ def _commit_metrics(ws: Path) -> None:
         "GIT_COMMITTER_NAME": "t",
         "GIT_COMMITTER_EMAIL": "t@t",
     }
-    for cmd in (["init", "-q"], ["add", "metrics"], ["commit", "-qm", "baseline"]):
+    for cmd in (["init", "-q"], ["add", "records"], ["commit", "-qm", "baseline"]):
         subprocess.run(["git", *cmd], cwd=ws, check=True, env=env)
 
 

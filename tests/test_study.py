@@ -121,8 +121,8 @@ def test_result_file_has_exactly_the_reports_keys(tmp_path: Path) -> None:
         "train": ("train", "ddm", {"policy": "ddm"}),
     }
     for folder, name, body in metrics.values():
-        (ws / "metrics" / folder).mkdir(parents=True, exist_ok=True)
-        (ws / "metrics" / folder / f"{name}.json").write_text(json.dumps(body))
+        (ws / "records" / folder).mkdir(parents=True, exist_ok=True)
+        (ws / "records" / folder / f"{name}.json").write_text(json.dumps(body))
     (ws / "records/eval/pid.json").write_text("{}")  # not the variant's: ignored
     out = write_result(ws, v, tmp_path / "res" / "ablation" / "diverse_blind.json")
     got = json.loads(out.read_text())
@@ -145,7 +145,7 @@ def test_rollouts_are_seeded_only_from_a_matching_collection(tmp_path: Path) -> 
         (donor / "data/rollouts").mkdir(parents=True)
         (donor / "data/rollouts/manifest.json").write_text(json.dumps({"collect_key": key, "episodes_lost": 0}))
         (donor / "data/rollouts/shard-00000.parquet").write_bytes(b"x")
-    (same / "metrics").mkdir()
+    (same / "records").mkdir()
     (same / "records/collect.json").write_text('{"wall_seconds_total": 1.0}')
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -254,7 +254,9 @@ def test_runs_carry_the_experiment_and_its_overridden_params(ws: Path, monkeypat
     its commit and DVC_EXP_NAME set; the parent and its family runs are found by either in MLflow."""
     import subprocess
 
-    (ws / "params.yaml").write_text("seed: 0\ntrain:\n  ppo: {learning_rate: 0.001, gamma: 0.99}\n  seeds: [1, 2]\n")
+    (ws / "params.yaml").write_text(
+        "seed: 0\ntrain:\n  ppo: {learning_rate: 0.001, gamma: 0.99}\n  seeds: [1, 2]\n  per_policy: {ddm: {}}\n"
+    )
     for cmd in (
         ["init", "-q"],
         ["add", "params.yaml"],
@@ -263,8 +265,15 @@ def test_runs_carry_the_experiment_and_its_overridden_params(ws: Path, monkeypat
         subprocess.run(["git", *cmd], cwd=ws, check=True)
     assert tracking.overrides(ws) == {}
     assert tracking.pipeline_tags(ws)["s3.overrides"] == "none"
-    (ws / "params.yaml").write_text("seed: 0\ntrain:\n  ppo: {learning_rate: 0.0005, gamma: 0.99}\n  seeds: [1, 3]\n")
-    assert tracking.overrides(ws) == {"train.ppo.learning_rate": "0.0005", "train.seeds": "[1, 3]"}
+    (ws / "params.yaml").write_text(
+        "seed: 0\ntrain:\n  ppo: {learning_rate: 0.0005, gamma: 0.99}\n  seeds: [1, 3]\n"
+        "  per_policy: {ddm: {ppo: {gamma: 0.9}}}\n"  # what `-S '+train.per_policy.ddm.ppo.gamma=0.9'` writes
+    )
+    assert tracking.overrides(ws) == {
+        "train.per_policy.ddm.ppo.gamma": "0.9",
+        "train.ppo.learning_rate": "0.0005",
+        "train.seeds": "[1, 3]",
+    }
     monkeypatch.setenv(tracking.DVC_EXP_ENV, "lr5e-4")
     tracking.family_run("ddm", ws)
     c = tracking.client(ws)
@@ -272,7 +281,9 @@ def test_runs_carry_the_experiment_and_its_overridden_params(ws: Path, monkeypat
     found = c.search_runs([exp_id], filter_string="tags.`s3.dvc_experiment` = 'lr5e-4'")
     assert sorted(r.info.run_name for r in found) == ["ddm", "lr5e-4"]
     for r in found:
-        assert r.data.tags["s3.overrides"] == "train.ppo.learning_rate=0.0005; train.seeds=[1, 3]"
+        assert r.data.tags["s3.overrides"] == (
+            "train.per_policy.ddm.ppo.gamma=0.9; train.ppo.learning_rate=0.0005; train.seeds=[1, 3]"
+        )
         assert r.data.tags["s3.override.train.ppo.learning_rate"] == "0.0005"
     parent = next(r for r in found if r.info.run_name == "lr5e-4")
     assert parent.data.tags["s3.git_commit"].endswith("-dirty")  # the experiment's baseline commit, changed

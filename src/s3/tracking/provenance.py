@@ -101,8 +101,9 @@ def pipeline_run_name(root: str | Path = ".", commit: str | None = None) -> str:
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested mapping as {"a.b.c": leaf}; lists and empty mappings are leaves."""
-    if isinstance(d, Mapping) and d:
+    """A nested mapping as {"a.b.c": leaf}; lists are leaves, an empty mapping has none (so filling
+    `per_policy.ddm: {}` with `ppo.learning_rate` is one override, not also a removal)."""
+    if isinstance(d, Mapping):
         return {
             k: v for key, val in d.items() for k, v in _flat(val, f"{prefix}.{key}" if prefix else str(key)).items()
         }

@@ -285,6 +285,20 @@ def test_rl_wall_counts_every_seed_trained_side_by_side(ws: Path) -> None:
     assert eff["families"]["ddm"]["rl_wall_s"] == 20.0  # one seed: its own wall clock
 
 
+def test_a_run_cut_by_the_wall_clock_is_marked_truncated(ws: Path) -> None:
+    from s3.report.render import main_rows, markdown
+
+    seeds = [{"seed": k, "stopped_by": "max_minutes" if k == 2 else "max_env_steps"} for k in range(3)]
+    _write(ws / "metrics" / "train" / "oracle.json", {"policy": "oracle", "seed_selection": {"seeds": seeds}})
+    rep = rp.build_report(ws / "metrics")
+    assert rep["rows"]["oracle"]["truncated_seeds"] == 1 and rep["rows"]["ddm"]["truncated_seeds"] == 0
+    labels = [row[0] for row in main_rows(rep)]
+    assert "oracle †" in labels and "ddm" in labels
+    text = markdown(rep, [], ws / "reports")
+    assert "†Truncated: the wall-clock safety cap (`train.max_minutes`) stopped training" in text
+    assert "for oracle (1 seed);" in text
+
+
 def test_a_seed_chosen_in_the_source_is_a_separate_row_with_its_cost(ws: Path) -> None:
     """seed_selection 'source': the row of the chosen seed beside the policy's every-seed row, its source runs at real
     time."""

@@ -102,6 +102,21 @@ MAIN_COLUMNS = (
 )
 
 
+TRUNCATED_MARK = " †"
+
+
+def truncated_note(report: Mapping[str, Any]) -> str | None:
+    """The note under the main table naming the policies whose training a wall-clock cap cut short."""
+    cut = {n: r["truncated_seeds"] for n, r in report["rows"].items() if r.get("truncated_seeds")}
+    if not cut:
+        return None
+    names = ", ".join(f"{n} ({k} seed{'s' if k > 1 else ''})" for n, k in cut.items())
+    return (
+        f"†Truncated: the wall-clock safety cap (`train.max_minutes`) stopped training before its step budget for "
+        f"{names}; those policies depend on how fast the machine was and are not comparable to the others."
+    )
+
+
 def main_rows(report: Mapping[str, Any]) -> list[list[str]]:
     """The accuracy-vs-quality table as strings (one row per policy; "—" = not measured)."""
     out = []
@@ -111,7 +126,7 @@ def main_rows(report: Mapping[str, Any]) -> list[list[str]]:
             name
             if not r["prediction_from"] or r["prediction_from"] == name
             else f"{name} ({r['prediction_from']} model)"
-        )
+        ) + (TRUNCATED_MARK if r.get("truncated_seeds") else "")
         out.append(
             [
                 label,
@@ -279,6 +294,7 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
         "## Accuracy vs policy quality",
         _md_table(MAIN_COLUMNS, main_rows(report)),
         "Transfer gap: completion / lap time, source minus distilled environment.",
+        *([note] if (note := truncated_note(report)) else []),
         "## The paper's claims",
         "Verdict rule, fixed before the results: two-sided 95 % intervals; *holds* when the interval of the effect "
         "excludes zero in the claimed direction, *does not hold* when it excludes zero the other way, *cannot tell* "

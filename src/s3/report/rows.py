@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from s3 import headline
 from s3.catalog import BASELINE, FAMILY, ORACLE, ORACLE_KIND
 from s3.report.inputs import BASELINES, get, num
 
@@ -120,6 +121,8 @@ def policy_row(
         or num(get(train, "seed_selection", "wall_s"))
         or num(get(train, "train", "wall_s")),  # all seeds, side by side
         "distill_wall_s": num(get(distill, "total_wall_s")) if distill else None,
+        # seeds the wall-clock safety cap stopped before their step budget: their policy depends on the machine
+        "truncated_seeds": headline.train(train).get("truncated_seeds") if train else None,
     }
 
 

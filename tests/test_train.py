@@ -465,6 +465,9 @@ def test_bench_env_reports_throughput(bicycle) -> None:
     )
     for key in ("env_steps_per_s", "train_steps_per_s", "peak_memory_mb"):
         assert set(out[key]) == {"16", "32"} and all(v > 0 for v in out[key].values())
+    for n in ("16", "32"):  # where an iteration's time goes, and one checkpoint's validation
+        assert out["iteration_s"][n]["collect"] > 0 and out["iteration_s"][n]["update"] > 0
+        assert out["validation_s"][n] > 0 and 0 < out["validation_share"][n] < 1
     assert out["obs_dim"] == 119 and out["device"] == "cpu"
     json.dumps(out)
 

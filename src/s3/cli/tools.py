@@ -126,7 +126,8 @@ def bench_env(
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
 ) -> None:
-    """Distilled-env and PPO steps/s at N = 256, 1024, 4096 (or --size), against the source simulator.
+    """Distilled-env and PPO steps/s at N = 256, 1024, 4096 (or --size), where a PPO iteration and a validation
+    spend their time, against the source simulator.
 
     The same run measures the source simulator's single-process control steps/s and a PPO loop
     on it (one worker per core), and prints the ratios env_vs_source and ppo_vs_direct.

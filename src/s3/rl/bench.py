@@ -5,7 +5,12 @@
 For each N: `env_steps_per_s` steps random actions through `DistilledEnv.step` (observation,
 reward, terminations and auto-reset included) for about `env_seconds`; `train_steps_per_s` runs
 the full rsl_rl PPO loop (rollout + update, `train_iterations` iterations after one warm-up
-iteration) with the train params' PPO settings. Peak memory: on CUDA the peak tensor memory
+iteration) with the train params' PPO settings, and where one iteration's time goes
+(`iteration_s[N]`: `collect`, stepping the env with the policy acting; `update`, the PPO epochs and
+minibatches) and what validating one checkpoint on the held-out procedural tracks costs
+(`validation_s[N]`, s3.rl.validation at the train params' track counts; training validates one
+checkpoint per `chunk_iterations` iterations: `validation_share[N]` is its share of a chunk).
+Peak memory: on CUDA the peak tensor memory
 allocated while benchmarking that N; on CPU the process's peak resident set so far (a
 high-water mark: it only grows with N).
 
@@ -34,6 +39,8 @@ from s3.dynamics.base import DynamicsModel
 from s3.rl.env import DistilledEnv, resolve_device
 from s3.rl.loop import PPOTrainer
 from s3.rl.params import TrainParams
+from s3.rl.tracks import validation_tracks
+from s3.rl.validation import validate
 from s3.tracks.generate import procedural_track
 
 if TYPE_CHECKING:
@@ -87,6 +94,7 @@ def bench_env(
 
         model = load_checkpoint(Path(models_dir) / family, family, dev)
     tracks = [procedural_track(i, params.tracks.procedural) for i in range(n_tracks)]
+    val_tracks = validation_tracks(params.tracks, params.seed)
     out: dict[str, Any] = {
         "family": family,
         "device": str(dev),
@@ -95,6 +103,9 @@ def bench_env(
         "obs_dim": None,
         "env_steps_per_s": {},
         "train_steps_per_s": {},
+        "iteration_s": {},
+        "validation_s": {},
+        "validation_share": {},
         "peak_memory_mb": {},
         "memory_kind": "cuda_max_allocated" if dev.type == "cuda" else "process_max_rss",
         "num_steps_per_env": params.ppo.num_steps_per_env,
@@ -125,10 +136,23 @@ def bench_env(
         trainer.iterate(1)
         _sync(dev)
         t0 = time.perf_counter()
-        trainer.iterate(train_iterations)
+        curve = trainer.iterate(train_iterations)
         _sync(dev)
         wall = time.perf_counter() - t0
         out["train_steps_per_s"][str(n)] = round(train_iterations * params.ppo.num_steps_per_env * n / wall)
+        split = {k: [v for t, _, v in curve if t == f"Perf/{k}_time"] for k in ("collection", "learning")}
+        it_s = {
+            "collect": sum(split["collection"]) / train_iterations,
+            "update": sum(split["learning"]) / train_iterations,
+        }
+        out["iteration_s"][str(n)] = {k: round(v, 4) for k, v in it_s.items()}
+        t0 = time.perf_counter()
+        validate(trainer.actor, model, val_tracks, params, dev)
+        _sync(dev)
+        val_s = time.perf_counter() - t0
+        out["validation_s"][str(n)] = round(val_s, 3)
+        chunk_s = params.chunk_iterations * sum(it_s.values())
+        out["validation_share"][str(n)] = round(val_s / (chunk_s + val_s), 3)
         out["peak_memory_mb"][str(n)] = round(_peak_mb(dev), 1)
         del trainer, env
     if source_seconds > 0:

@@ -25,6 +25,7 @@ from s3.evaluate.evaluate import eval_params_of, evaluate_driver, track_name, tr
 from s3.evaluate.policy_driver import PolicyFactory
 from s3.evaluate.suite import QUALITY, SUITE, block, policy_seeds
 from s3.io import json_safe, write_text_atomic
+from s3.progress import progress
 from s3.tracks.evaluation_circuits import evaluation_track
 
 
@@ -119,9 +120,12 @@ def evaluate_policy(
     result = evaluate_driver(name, seeds, params, out_json, plots_dir)
     if not distilled:
         return result
-    inside = distilled_laps(folder, params, models_dir)
-    result["distilled"] = inside["summary"]
-    result["probes"] = model_probes(folder, params, models_dir)
+    with progress(f"evaluate {name}: in its model", 2, "parts") as bar:  # the same starts, the probes
+        inside = distilled_laps(folder, params, models_dir)
+        bar.advance()
+        result["distilled"] = inside["summary"]
+        result["probes"] = model_probes(folder, params, models_dir)
+        bar.advance()
     result["transfer_gap"] = {
         c: transfer_gap(result["summary"][SUITE][c], inside["summary"][SUITE][c]) for c in inside["summary"][SUITE]
     }

@@ -86,7 +86,7 @@ def _interval(est: Any) -> dict[str, Any]:
 
 
 def collect(record: Mapping[str, Any]) -> Headline:
-    """records/collect.json: the collection's wall clock (s, every run of it), shards, workers, retries."""
+    """records/collect.json: the collection's wall clock (s, every run of it), shards and workers."""
     return clean(
         {
             "wall_s": record.get("wall_seconds_total"),

@@ -57,6 +57,7 @@ def test_train_counts_seeds_a_wall_clock_cap_stopped():
         "env_steps": 100,
         "score_in_model": 0.6,
         "score_in_source": 0.4,
+        "plateau_seeds": 0,
         "seeds": 2,
         "truncated_seeds": 1,
         "wall_s": 9.0,

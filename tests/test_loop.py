@@ -90,6 +90,22 @@ def test_a_step_budget_runs_its_chunks_and_refreshes_only_between_them(bicycle) 
     )
 
 
+def test_a_step_budget_ends_on_a_plateau_of_the_validation_score() -> None:
+    b = StepBudget(max_iterations=100, chunk=10, max_seconds=1e9, plateau_chunks=2, plateau_delta=0.02)
+    for done, score in ((10, 0.1), (20, 0.5), (30, 0.51), (40, 0.55)):  # 0.51: no gain; 0.55: a gain again
+        b.saw({"score": score})
+        assert b.next_chunk(done) == 10 and b.more(done)
+    b.saw({})  # a chunk without a score (a choice that validates at the end) does not count
+    for _ in range(2):  # chunks ending at 50 and 60 within 0.02 of the best
+        b.saw({"score": 0.56})
+    assert b.next_chunk(60) == 0 and not b.more(60) and b.stopped_by == "plateau"
+    off = StepBudget(max_iterations=30, chunk=10, max_seconds=1e9)  # plateau_chunks 0: only the steps end it
+    for done in (10, 20):
+        off.saw({"score": 0.0})
+        assert off.next_chunk(done) == 10
+    assert off.next_chunk(30) == 0 and off.stopped_by == "max_env_steps"
+
+
 def test_a_wall_clock_budget_measures_then_fills_what_is_left() -> None:
     b = WallClockBudget(budget_s=100.0, chunk=10, reserve_s=5.0, validate=True)
     assert b.next_chunk(0) == 1

@@ -72,6 +72,16 @@ def trained(bicycle, root) -> dict:
     return {"root": root, "summary": summary, "run": run}
 
 
+def test_a_run_ends_when_its_validation_score_stops_improving(bicycle, tmp_path) -> None:
+    """plateau_chunks 1 with an unreachable plateau_delta: every chunk after the first is no gain, so the
+    run ends after its second chunk, says so, and kept the validation of every chunk it ran."""
+    params = TrainParams.model_validate({**TINY, "plateau_chunks": 1, "plateau_delta": 1.0})
+    summary = train_policy(bicycle, tmp_path / "p", None, params, "bicycle")
+    meta = json.loads((tmp_path / "p" / "policy.json").read_text())
+    assert meta["train"]["stopped_by"] == "plateau" and meta["train"]["iterations"] == 16  # 2 chunks of 8
+    assert len(meta["history"]) == 2 and summary["validation"]["score"] in [h["score"] for h in meta["history"]]
+
+
 def _mean_step_reward(env: DistilledEnv, policy, steps: int = 60) -> float:
     env.generator.manual_seed(7)
     obs = env.reset()["policy"]

@@ -112,13 +112,17 @@ def distill(record: Mapping[str, Any]) -> Headline:
 def train(record: Mapping[str, Any]) -> Headline:
     """records/train/<policy>.json: the validation score on held-out procedural tracks, mean over
     seeds, inside the model (`score_in_model`) and in the source (`score_in_source`, where measured);
-    the kept seed's env steps; the stage's wall clock (s, every seed); `truncated_seeds`: seeds the
-    wall-clock safety cap stopped (a record without each seed's reason: the kept seed's)."""
+    the kept seed's env steps; the stage's wall clock (s, every seed); why the seeds ended:
+    `truncated_seeds` (the wall-clock safety cap stopped them), `plateau_seeds` (their validation
+    score stopped improving), the rest at the step budget (a record without each seed's reason:
+    the kept seed's)."""
     if "skipped" in record:  # not trainable beside this source simulator: nothing to compare
         return {}
     seeds = _get(record, "seed_selection", "seeds")
     train_ = record.get("train") if isinstance(record.get("train"), Mapping) else record
     if seeds:  # PPO inside a distilled model, K seeds
+        known = all("stopped_by" in s for s in seeds)  # else an older record: the kept seed's reason
+        ended = [s.get("stopped_by") for s in seeds] if known else [train_.get("stopped_by")]
         return clean(
             {
                 "score_in_model": _mean(s.get("validation_score") for s in seeds),
@@ -126,9 +130,8 @@ def train(record: Mapping[str, Any]) -> Headline:
                 "env_steps": train_.get("env_steps"),
                 "wall_s": _get(record, "seed_selection", "wall_s") or train_.get("wall_s"),
                 "seeds": len(seeds),
-                "truncated_seeds": sum(s.get("stopped_by") == "max_minutes" for s in seeds)
-                if all("stopped_by" in s for s in seeds)
-                else int(train_.get("stopped_by") == "max_minutes"),  # an older record: the kept seed's
+                "truncated_seeds": ended.count("max_minutes"),
+                "plateau_seeds": ended.count("plateau"),
             }
         )
     in_source = "source" in str(_get(record, "validation", "in") or "")
@@ -139,6 +142,7 @@ def train(record: Mapping[str, Any]) -> Headline:
             "wall_s": train_.get("wall_s"),
             "seeds": 1,
             "truncated_seeds": int(train_.get("stopped_by") == "max_minutes"),
+            "plateau_seeds": int(train_.get("stopped_by") == "plateau"),
         }
     )
 

@@ -197,22 +197,39 @@ class Budget(Protocol):
         """Whether training goes on after `done` iterations (worth a refresh between chunks)."""
         ...
 
+    def saw(self, report: dict[str, Any]) -> None:
+        """What the checkpoint choice reported of the chunk just ended (its validation `score`, if any)."""
+        ...
+
 
 @dataclass
 class StepBudget:
-    """`max_iterations`, `chunk` at a time; the wall-clock safety cap stops early (`stopped_by`)."""
+    """`max_iterations`, `chunk` at a time. It stops early, saying why in `stopped_by`, on a plateau
+    (`plateau_chunks` > 0: that many validated chunks in a row without a score above the best so far
+    + `plateau_delta`) or at the wall-clock safety cap (`max_minutes`; the result then depends on
+    how fast the machine was); otherwise at `max_env_steps`."""
 
     max_iterations: int
     chunk: int
     max_seconds: float
     t_start: float = field(default_factory=time.perf_counter)
     stopped_by: str = "max_env_steps"
+    plateau_chunks: int = 0
+    plateau_delta: float = 0.0
+    best: float | None = None
+    since_best: int = 0
+
+    def plateaued(self) -> bool:
+        return 0 < self.plateau_chunks <= self.since_best
 
     def next_chunk(self, done: int) -> int:
         if done >= self.max_iterations:
             return 0
+        if self.plateaued():
+            self.stopped_by = "plateau"
+            return 0
         if done > 0 and time.perf_counter() - self.t_start >= self.max_seconds:
-            self.stopped_by = "max_minutes"  # the result now depends on how fast the machine was
+            self.stopped_by = "max_minutes"
             return 0
         return min(self.chunk, self.max_iterations - done)
 
@@ -220,7 +237,17 @@ class StepBudget:
         pass
 
     def more(self, done: int) -> bool:
-        return done < self.max_iterations and time.perf_counter() - self.t_start < self.max_seconds
+        clock = time.perf_counter() - self.t_start < self.max_seconds
+        return done < self.max_iterations and clock and not self.plateaued()
+
+    def saw(self, report: dict[str, Any]) -> None:
+        score = report.get("score")
+        if not self.plateau_chunks or score is None:
+            return
+        if self.best is None or score > self.best + self.plateau_delta:
+            self.best, self.since_best = float(score), 0
+        else:
+            self.since_best += 1
 
 
 @dataclass
@@ -257,6 +284,9 @@ class WallClockBudget:
 
     def more(self, done: int) -> bool:
         return self.left() > 0
+
+    def saw(self, report: dict[str, Any]) -> None:
+        pass
 
     def guess_validation(self, car_steps: float, car_steps_per_it: int) -> None:
         """Before the first validation: its worst case at the training's car-step rate."""
@@ -316,6 +346,7 @@ def train_loop(
         done += n
         curve += chunk
         report = choice.after_chunk(trainer, done)
+        budget.saw(report)
         if hooks.on_chunk is not None:
             hooks.on_chunk(done, chunk, report)
         if hooks.between is not None and budget.more(done):

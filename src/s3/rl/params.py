@@ -212,6 +212,18 @@ class TrainParams(_Section):
         "the machine)",
     )
     chunk_iterations: int = Field(20, ge=1, le=100000, description="PPO iterations between validations")
+    plateau_chunks: int = Field(
+        0,
+        ge=0,
+        le=10000,
+        description="end a distilled run when this many validated chunks in a row score no more than "
+        "plateau_delta above its best so far (0: off, max_env_steps ends it); each chunk's checkpoint is then "
+        "validated as it ends. records/train say why a run ended (train.stopped_by: plateau, max_env_steps, "
+        "max_minutes)",
+    )
+    plateau_delta: float = Field(
+        0.02, ge=0.0, le=1.0, description="the least gain in validation score that counts as improving"
+    )
     validation_min_speed: float = Field(
         6.0, gt=0.5, le=100.0, description="a validation lap must average at least this (m/s)"
     )

@@ -129,7 +129,14 @@ def train_policy_curve(
             log_params={"family": family, "train": params.model_dump(mode="json")},
             resume=Resume(resume_path(folder), resume_fingerprint(params, family, model, validation_seed), max_it),
         )
-        budget = StepBudget(max_it, params.chunk_iterations, 60.0 * params.max_minutes, ppo.t_start)
+        budget = StepBudget(
+            max_it,
+            params.chunk_iterations,
+            60.0 * params.max_minutes,
+            ppo.t_start,
+            plateau_chunks=params.plateau_chunks,
+            plateau_delta=params.plateau_delta,
+        )
         val_tracks = validation_tracks(params.tracks, validation_seed)
         choice = ValidateAtEnd(model, val_tracks, params, device, ppo.t_start, ppo.restored_checkpoints)
         ppo.loop(budget, choice, lambda done, _, __: _on_chunk(ppo, done, max_it))

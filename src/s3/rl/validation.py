@@ -112,7 +112,9 @@ def kept_index(scores: list[float], tolerance: float) -> int:
 class ValidateAtEnd:
     """The checkpoint choice of a distilled run (s3.rl.loop.CheckpointChoice): every chunk's
     checkpoint is kept; at the end all drive the held-out procedural validation tracks in one
-    batched run, and the latest within `validation_tolerance` of the best is loaded (`kept_index`)."""
+    batched run, and the latest within `validation_tolerance` of the best is loaded (`kept_index`).
+    With a plateau rule (`train.plateau_chunks` > 0) each checkpoint is validated as its chunk ends
+    instead, and its score reported to the budget (s3.rl.loop.StepBudget); the choice is the same."""
 
     def __init__(
         self,
@@ -126,6 +128,7 @@ class ValidateAtEnd:
         self.model, self.tracks, self.params, self.device, self.t_start = model, tracks, params, device, t_start
         self.checkpoints: list[dict[str, Any]] = list(checkpoints or [])  # iteration, env_steps, wall_s, actor, critic
         self.history: list[dict[str, Any]] = []
+        self.scored: dict[int, dict[str, Any]] = {}  # checkpoint index -> its validation summary (eager)
         self.seconds = 0.0
 
     def after_chunk(self, trainer: PPOTrainer, done: int) -> dict[str, Any]:
@@ -138,17 +141,29 @@ class ValidateAtEnd:
                 **trainer.snapshot(),
             }
         )
-        return {}
+        if self.params.plateau_chunks <= 0:
+            return {}
+        t0 = time.perf_counter()
+        last = len(self.checkpoints) - 1
+        self.scored[last] = validate_checkpoints(
+            trainer.actor, [self.checkpoints[last]["actor"]], self.model, self.tracks, self.params, self.device
+        )[0]
+        self.seconds += time.perf_counter() - t0
+        return {"score": self.scored[last]["score"]}
 
     def choose(self, trainer: PPOTrainer) -> dict[str, Any]:
         t0 = time.perf_counter()
-        states = [c["actor"] for c in self.checkpoints]
-        scores = validate_checkpoints(trainer.actor, states, self.model, self.tracks, self.params, self.device)
+        todo = [i for i in range(len(self.checkpoints)) if i not in self.scored]  # all, unless validated eagerly
+        states = [self.checkpoints[i]["actor"] for i in todo]
+        if todo:
+            found = validate_checkpoints(trainer.actor, states, self.model, self.tracks, self.params, self.device)
+            self.scored.update(zip(todo, found))
+        scores = [self.scored[i] for i in range(len(self.checkpoints))]
         self.history = [
             {**summary, **{k: c[k] for k in ("iteration", "env_steps", "wall_s")}}
             for c, summary in zip(self.checkpoints, scores)
         ]
-        self.seconds = time.perf_counter() - t0
+        self.seconds += time.perf_counter() - t0
         kept = kept_index([h["score"] for h in self.history], self.params.validation_tolerance)
         trainer.load(self.checkpoints[kept])
         h = self.history[kept]

@@ -19,11 +19,13 @@ The run is s3.rl.runner's (set up, loop, checkpoint choice, export); what is thi
 (DistilledEnv), the budget, the choice and the road-course check. Loop (s3.rl.loop):
 `chunk_iterations` PPO iterations at a time, each chunk's checkpoint kept; part of the training-
 track pool replaced between chunks (every car on a replaced track restarts); the budget is
-`StepBudget`: max_env_steps, which keeps a run deterministic, with the max_minutes safety cap
-(recorded as `train.stopped_by`: a run cut by the clock depends on how busy the machine was). The
-checkpoint choice is `ValidateAtEnd` (s3.rl.validation: in-model validation on held-out procedural
-tracks). The kept policy is saved and exported and, for information only, drives one lap of the
-built-in road course (nominal) inside the same distilled env.
+`StepBudget`: max_env_steps, which keeps a run deterministic, or earlier a plateau of the
+validation score (`plateau_chunks`, off by default), with the max_minutes safety cap (recorded as
+`train.stopped_by`: plateau, max_env_steps or max_minutes; a run cut by the clock depends on how busy
+the machine was). The checkpoint choice is `ValidateAtEnd` (s3.rl.validation: in-model validation on
+held-out procedural tracks; every chunk as it ends under a plateau rule). The kept policy is saved
+and exported and, for information only, drives one lap of the built-in road course (nominal) inside
+the same distilled env.
 
 Crashes. After every chunk the run's state goes to a resume file (s3.rl.resume). The resumed run
 replays the pool refreshes, so it trains on the same tracks, but its cars restart and their random

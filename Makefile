@@ -39,7 +39,8 @@ bench: install
 
 # --- platform (see README "Platform") ---
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
-export PREFECT_HOME ?= $(CURDIR)/.prefect  # the server's SQLite and the flows' results: here, not in ~/.prefect
+# The Prefect server's SQLite and the flows' results: in the project, not in ~/.prefect.
+export PREFECT_HOME ?= $(CURDIR)/.prefect
 PREFECT_PORT ?= 4200
 MLFLOW_PORT ?= 5000
 QUICK_DIR ?= /tmp/s3-quick

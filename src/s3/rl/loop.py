@@ -207,7 +207,8 @@ class StepBudget:
     """`max_iterations`, `chunk` at a time. It stops early, saying why in `stopped_by`, on a plateau
     (`plateau_chunks` > 0: that many validated chunks in a row without a score above the best so far
     + `plateau_delta`) or at the wall-clock safety cap (`max_minutes`; the result then depends on
-    how fast the machine was); otherwise at `max_env_steps`."""
+    how fast the machine was); otherwise at `max_env_steps`. A resumed run starts its plateau count
+    afresh (the restored checkpoints carry no scores)."""
 
     max_iterations: int
     chunk: int

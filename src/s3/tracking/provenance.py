@@ -20,9 +20,10 @@ import hashlib
 import json
 import os
 import subprocess
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from s3.tracking.values import flatten
 
 DVC_EXP_ENV = "DVC_EXP_NAME"  # set by DVC in the stages of `dvc exp run`
 COMMIT_ENV = "S3_GIT_COMMIT"
@@ -100,16 +101,6 @@ def pipeline_run_name(root: str | Path = ".", commit: str | None = None) -> str:
     return f"{label} @ {short}" if short else label
 
 
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested mapping as {"a.b.c": leaf}; lists are leaves, an empty mapping has none (so filling
-    `per_policy.ddm: {}` with `ppo.learning_rate` is one override, not also a removal)."""
-    if isinstance(d, Mapping):
-        return {
-            k: v for key, val in d.items() for k, v in _flat(val, f"{prefix}.{key}" if prefix else str(key)).items()
-        }
-    return {prefix: d}
-
-
 def overrides(root: str | Path = ".") -> dict[str, str] | None:
     """params.yaml's values that differ from its committed version (git HEAD), key -> new value as
     YAML; None when there is no committed version to compare with (no git, no commit)."""
@@ -123,7 +114,7 @@ def overrides(root: str | Path = ".") -> dict[str, str] | None:
         old, new = yaml.safe_load(base) or {}, yaml.safe_load((root / "params.yaml").read_text()) or {}
     except (OSError, subprocess.CalledProcessError, yaml.YAMLError):
         return None
-    a, b = _flat(old), _flat(new)
+    a, b = flatten(old), flatten(new)  # an empty mapping has no leaves: filling it is one override
     changed = sorted(k for k in a.keys() | b.keys() if a.get(k, NONE) != b.get(k, NONE))
     return {k: json.dumps(b[k]) if k in b else "(removed)" for k in changed}
 

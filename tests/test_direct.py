@@ -121,18 +121,22 @@ TINY = {
 
 def test_tiny_train_direct_writes_a_policy_the_evaluator_drives(tmp_path, monkeypatch) -> None:
     from s3.evaluate.policy_driver import policy_factory
-    from s3.rl.direct import train_direct
+    from s3.rl.stage import train_one
     from s3.sim.factory import make_sim
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    params = Params.model_validate({"train": TINY})  # the one car (driver aids on by default), in the workers
-    summary = train_direct(
-        params, tmp_path / "policies", tmp_path / "plots", tmp_path / "metrics" / "train", budget_s=15.0
+    # the stage, with the budget from the measured route of ddm: 5 s collect + 4 s distill + 6 s training
+    records = tmp_path / "metrics"
+    write_route(records, {"wall_seconds_total": 5.0}, {"total_wall_s": 4.0}, {"seed_selection": {"rl_wall_s": 6.0}})
+    params = Params.model_validate({"train": {**TINY, "direct": {**TINY["direct"], "budget_s": None, "route": "ddm"}}})
+    summary = train_one(
+        "direct", params, tmp_path / "models", tmp_path / "policies", tmp_path / "plots", records / "train"
     )
     assert (
         summary["mlflow_run_id"] is None and not (tmp_path / "mlflow.db").exists()
     )  # MLflow is off inside pytest: no run, no database
     saved = json.loads((tmp_path / "metrics" / "train" / "direct.json").read_text())
+    assert saved["budget_from"]["policy"] == "ddm" and saved["budget_from"]["train_s"] == 6.0
     for key in (
         "wall_s",
         "budget_s",
@@ -236,6 +240,40 @@ def test_direct_keeps_its_checkpoint_by_the_distilled_rule() -> None:
     assert kept["iteration"] == 2 and trainer.loaded["actor"] == 2  # 0.85 >= 0.9 - 0.1, and later than the best
     choice.validated = []
     assert choice.choose(Trainer())["iteration"] == 7  # no validation: the last checkpoint
+
+
+def write_route(records, collect: dict, distill: dict, train: dict, policy: str = "ddm") -> None:
+    """The three records a route budget reads, under `records` (records/ in a workspace)."""
+    for path, record in (
+        ("collect.json", collect),
+        (f"distill/{policy}.json", distill),
+        (f"train/{policy}.json", train),
+    ):
+        (records / path).parent.mkdir(parents=True, exist_ok=True)
+        (records / path).write_text(json.dumps(record))
+
+
+def test_the_route_budget_is_the_measured_route_and_names_what_is_missing(tmp_path) -> None:
+    from s3.rl.route_budget import RouteNotMeasured, route_budget
+
+    write_route(
+        tmp_path, {"wall_seconds_total": 360.0}, {"total_wall_s": 530.5}, {"seed_selection": {"rl_wall_s": 800}}
+    )
+    got = route_budget(tmp_path, "ddm", "ddm")
+    assert got["budget_s"] == 1690.5 and (got["collect_s"], got["distill_s"], got["train_s"]) == (360.0, 530.5, 800.0)
+    write_route(tmp_path, {"wall_seconds_this_run": 100.0}, {"total_wall_s": 50.0}, {"train": {"wall_s": 25.0}})
+    assert route_budget(tmp_path, "ddm", "ddm")["budget_s"] == 175.0  # a killed collect's run, one seed's record
+    (tmp_path / "distill" / "ddm.json").write_text(json.dumps({"total_wall_s": None}))
+    with pytest.raises(
+        RouteNotMeasured, match=r"distill/ddm.json: no wall clock at total_wall_s \(written by distill@ddm"
+    ):
+        route_budget(tmp_path, "ddm", "ddm")
+    (tmp_path / "distill" / "ddm.json").write_text(json.dumps({"total_wall_s": 50.0}))
+    with pytest.raises(RouteNotMeasured, match=r"train/oracle.json: FileNotFoundError.*dvc repro train@oracle"):
+        route_budget(tmp_path, "oracle", "ddm")
+    with pytest.raises(ValueError, match=r"train.direct.route: 'nope' is not a policy trained in a model"):
+        Params.model_validate({"train": {"direct": {"route": "nope"}}})
+    assert Params.model_validate({"train": {"direct": {"budget_s": 60.0}}}).train.direct.route is None  # fixed
 
 
 def test_a_skipped_direct_is_recorded_by_train_and_evaluate(tmp_path) -> None:

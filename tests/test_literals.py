@@ -61,8 +61,28 @@ def python_literals(source: str, allow_module_class: bool = False) -> list[tuple
     return found
 
 
+TEMPLATE = re.compile(r"\$\{([^}]*)\}")
+
+
+def _schema_path(path: str) -> bool:
+    """Whether a `${a.b.c}` reference walks only fields of the params schema (s3.config.Params): a
+    field such as train.direct is a section's name, not a policy's; a dict key (per_policy.ddm) is not a field."""
+    from pydantic import BaseModel
+
+    from s3.config import Params
+
+    node: type[BaseModel] | None = Params
+    for part in path.split("."):
+        if node is None or part not in node.model_fields:
+            return False
+        ann = node.model_fields[part].annotation
+        node = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return True
+
+
 def yaml_literals(text: str) -> list[str]:
-    """Every key and string value of a YAML document that spells a policy name (comments are not read)."""
+    """Every key and string value of a YAML document that spells a policy name (comments are not read);
+    a `${...}` reference that is a path of params fields is not a spelling (`_schema_path`)."""
     found: list[str] = []
 
     def walk(node: object) -> None:
@@ -73,7 +93,7 @@ def yaml_literals(text: str) -> list[str]:
         elif isinstance(node, list):
             for v in node:
                 walk(v)
-        elif isinstance(node, str) and names_in(node):
+        elif isinstance(node, str) and names_in(TEMPLATE.sub(lambda m: "" if _schema_path(m[1]) else m[0], node)):
             found.append(node)
 
     walk(yaml.safe_load(text))
@@ -128,6 +148,8 @@ stage = "train_direct"
     assert (
         yaml_literals("vars:\n  - src/s3/catalog.py:DIRECT,BASELINES\nstages:\n  c:\n    foreach: ${BASELINES}\n") == []
     )
+    assert yaml_literals("deps:\n  - records/train/${train.direct.route}.json\n") == []  # a params section's name
+    assert yaml_literals("params:\n  - ${train.per_policy.ddm.seeds}\n") == ["${train.per_policy.ddm.seeds}"]
 
 
 def test_the_catalog_describes_every_policy_once() -> None:

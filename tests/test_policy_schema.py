@@ -23,6 +23,7 @@ torch.set_num_threads(1)
 NONE = type(None)
 OPT_FLOAT, OPT_STR, OPT_INT, OPT_BOOL = (float, NONE), (str, NONE), (int, NONE), (bool, NONE)
 EPISODES = {"episodes": int, "completion_rate": float, "mean_completion": float, "mean_lap_time_s": OPT_FLOAT}
+SURFACES = {"score_dry": OPT_FLOAT, "score_ice": OPT_FLOAT, "runs_dry": int, "runs_ice": int}  # s3.rl.tracks.dry_runs
 COMMON = {
     "format": str,
     "s3_version": str,
@@ -59,6 +60,7 @@ VALIDATION = {
     "starts_per_track": int,
     "min_speed_m_s": float,
     **EPISODES,
+    **SURFACES,
     "reasons": dict,
 }
 DISTILLED = {
@@ -82,7 +84,7 @@ DISTILLED = {
         "device": str,
         "torch_threads": int,
     },
-    "history": [{**EPISODES, "score": float, "iteration": int, "env_steps": int}],
+    "history": [{**EPISODES, **SURFACES, "score": float, "iteration": int, "env_steps": int}],
 }
 SOURCE = {
     **COMMON,
@@ -91,6 +93,7 @@ SOURCE = {
     "validation": {**VALIDATION, "in": str, "episode_cap_s": OPT_FLOAT},
     "train": {
         "budget_s": float,
+        "budget_from": (str, dict),
         "env_steps": int,
         "simulated_car_steps": int,
         "iterations": int,

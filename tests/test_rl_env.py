@@ -17,14 +17,15 @@ from s3.dynamics.base import DynamicsModel
 from s3.rl.controllers import PurePursuit, straight_line
 from s3.rl.env import DistilledEnv
 from s3.rl.params import TrackPoolParams, TrainParams
-from s3.rl.rollout import drive_lap, run_episodes
-from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, circuit_track, mirrored, start_grid
+from s3.rl.rollout import EpisodeBatch, drive_lap, run_episodes
+from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, circuit_track, dry_runs, mirrored, start_grid
 from s3.task.actions import command_to_policy, policy_to_command
 from s3.task.layout import obs_layout
 from s3.task.observation import Observer
 from s3.task.params import EnvParams
 from s3.task.rules import BACKWARDS, MODEL_INVALID, OFF_TRACK, STALLED, TIME_OUT
 from s3.tracks.generate import procedural_track
+from s3.tracks.track import FrictionPatch, Track
 
 torch.set_num_threads(1)
 
@@ -364,6 +365,31 @@ def test_run_episodes_reports_each_car(bicycle, tracks) -> None:
     assert ((out.completion >= 0) & (out.completion < 1)).all()
     pp = run_episodes(PurePursuit(obs_layout(EnvParams())), bicycle, tracks, ti, s, max_seconds=400.0)
     assert pp.completed.all() and np.isfinite(pp.lap_time).all() and pp.summary()["completion_rate"] == 1.0
+
+
+def test_the_summary_splits_runs_by_surface() -> None:
+    """score_dry / score_ice: the mean share of a lap on the tracks without and with a friction patch."""
+    road = procedural_track(0)
+    dry = Track("dry", road.centerline, road.w_left, road.w_right)
+    icy = Track("icy", road.centerline, road.w_left, road.w_right, [FrictionPatch(0.0, road.length, -9, 9, 0.1)])
+    tracks = [dry, icy]
+    ti, _ = start_grid(tracks, 2)
+    assert dry_runs(tracks, ti).tolist() == [True, True, False, False]
+    out = EpisodeBatch(
+        completed=np.array([True, False, False, False]),
+        lap_time=np.array([80.0, np.nan, np.nan, np.nan]),
+        progress=np.array([1000.0, 500.0, 250.0, 0.0]),
+        lap_length=np.full(4, 1000.0),
+        reason=["lap", "off_track", "off_track", "stalled"],
+        steps=np.array([800, 300, 200, 50]),
+    )
+    summary = out.summary(dry_runs(tracks, ti))
+    assert (summary["score_dry"], summary["score_ice"]) == (pytest.approx(0.75), pytest.approx(0.125))
+    assert (summary["runs_dry"], summary["runs_ice"]) == (2, 2)
+    assert summary["mean_completion"] == pytest.approx(0.4375)
+    assert "score_dry" not in out.summary()
+    only_dry = out.part(slice(0, 2)).summary(np.ones(2, dtype=bool))
+    assert only_dry["score_ice"] is None and only_dry["runs_ice"] == 0 and only_dry["score_dry"] == 0.75
 
 
 def test_observation_builder_reproduces_the_env_observation(bicycle, tracks) -> None:

@@ -268,10 +268,10 @@ def test_the_command_writes_the_metrics_and_the_figure(runs) -> None:
     )
     other = CliRunner().invoke(app, ["time-to-quality", "--params", str(yaml), "--set", "sim.backend=beamng"])
     assert other.exit_code == 0, other.output  # not measured, said so, and the report still runs (claim 1: not run)
-    assert "sim.backend 'mujoco'" in json.loads((root / "metrics" / "time_to_quality.json").read_text())["not_run"]
+    assert "sim.backend 'mujoco'" in json.loads((root / "records" / "time_to_quality.json").read_text())["not_run"]
     res = CliRunner().invoke(app, ["time-to-quality", "--params", str(yaml)])
     assert res.exit_code == 0, res.output
-    out = json.loads((root / "metrics" / "time_to_quality.json").read_text())
+    out = json.loads((root / "records" / "time_to_quality.json").read_text())
     assert (
         out["tracks"]["runs"] == 16
         and [t["surface"] for t in out["tracks"]["list"]] == ["heavy_ice", "dry", "dry", "heavy_ice"] * 2

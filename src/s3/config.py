@@ -99,6 +99,12 @@ class Params(BaseModel):
             want = [name] if name in self.families else list(self.families)
             if entry.model not in want:
                 raise ValueError(f"policies_in_models.{name}.model: {entry.model!r} is not one of {', '.join(want)}")
+        direct = self.train.for_policy(DIRECT).direct
+        if direct.route is not None and direct.route not in self.models():  # its measured route sets the budget
+            route = direct.route
+            raise ValueError(
+                f"train.direct.route: {route!r} is not a policy trained in a model ({', '.join(self.models())})"
+            )
         for name in self.train.per_policy:
             if name not in self.policies():
                 raise ValueError(f"train.per_policy.{name}: not one of the policies ({', '.join(self.policies())})")

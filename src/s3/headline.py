@@ -111,7 +111,8 @@ def distill(record: Mapping[str, Any]) -> Headline:
 
 def train(record: Mapping[str, Any]) -> Headline:
     """records/train/<policy>.json: the validation score on held-out procedural tracks, mean over
-    seeds, inside the model (`score_in_model`) and in the source (`score_in_source`, where measured);
+    seeds, inside the model (`score_in_model`) and in the source (`score_in_source`, where measured), and
+    the same on the tracks without a friction patch (`nominal_in_model`, `nominal_in_source`);
     the kept seed's env steps; the stage's wall clock (s, every seed); why the seeds ended:
     `truncated_seeds` (the wall-clock safety cap stopped them), `plateau_seeds` (their validation
     score stopped improving), the rest at the step budget (a record without each seed's reason:
@@ -127,6 +128,8 @@ def train(record: Mapping[str, Any]) -> Headline:
             {
                 "score_in_model": _mean(s.get("validation_score") for s in seeds),
                 "score_in_source": _mean(_get(s, "source", "score") for s in seeds),
+                "nominal_in_model": _mean(s.get("validation_score_dry") for s in seeds),
+                "nominal_in_source": _mean(_get(s, "source", "score_dry") for s in seeds),
                 "env_steps": train_.get("env_steps"),
                 "wall_s": _get(record, "seed_selection", "wall_s") or train_.get("wall_s"),
                 "seeds": len(seeds),
@@ -138,6 +141,7 @@ def train(record: Mapping[str, Any]) -> Headline:
     return clean(
         {
             ("score_in_source" if in_source else "score_in_model"): _get(record, "validation", "score"),
+            ("nominal_in_source" if in_source else "nominal_in_model"): _get(record, "validation", "score_dry"),
             "env_steps": train_.get("env_steps"),
             "wall_s": train_.get("wall_s"),
             "seeds": 1,

@@ -106,14 +106,18 @@ def train_direct(
     metrics_dir: str | Path | None,
     budget_s: float | None = None,
     run: Run | None = None,
+    budget_from: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """PPO in the source simulator for `budget_s` (default train.direct.budget_s), logging into `run`; see the module
-    docstring."""
+    docstring. `budget_from`: how the budget was set (s3.rl.route_budget), kept in the summary."""
     reason = skip_reason(params)
     if reason is not None:
         print(f"train direct: skipped: {reason}", file=sys.stderr, flush=True)
         return write_skipped(params, out_dir, metrics_dir, reason)
-    budget = float(budget_s if budget_s is not None else params.train.direct.budget_s)
+    budget = budget_s if budget_s is not None else params.train.direct.budget_s
+    if budget is None:
+        raise ValueError("train_direct: no budget: train.direct.budget_s is none and no route budget was given")
+    budget = float(budget)
     if not budget > 0:
         raise ValueError(f"train_direct: budget_s must be positive, got {budget_s}")
     clock = WallClockBudget(
@@ -125,7 +129,7 @@ def train_direct(
         flushed(run),
         progress(f"train {NAME}", clock.budget_s, "s", follow=lambda: clock.elapsed),
     ):  # the wall-clock budget
-        return _train_direct(params, Path(out_dir), plots_dir, metrics_dir, clock, run, say)
+        return _train_direct(params, Path(out_dir), plots_dir, metrics_dir, clock, run, say, budget_from)
 
 
 def _train_direct(
@@ -136,6 +140,7 @@ def _train_direct(
     clock: WallClockBudget,
     run: Run | None,
     say: Callable[[str], None],
+    budget_from: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The body of train_direct: the source envs, then the PPO run (s3.rl.runner)."""
     tp, d = params.train, params.train.direct
@@ -207,7 +212,7 @@ def _train_direct(
 
         ppo.loop(clock, choice, on_chunk)
         best = ppo.choose(choice)
-        return _finish(ppo, best, curve, params, plots_dir, metrics_dir, clock, workers)
+        return _finish(ppo, best, curve, params, plots_dir, metrics_dir, clock, workers, budget_from)
 
 
 def _fmt(x: float | None) -> str:
@@ -223,6 +228,7 @@ def _finish(
     metrics_dir: str | Path | None,
     clock: WallClockBudget,
     workers: int,
+    budget_from: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Export the kept checkpoint (s3.rl.runner), write the metrics JSON and the plot, log to MLflow."""
     tp, d, env, run = params.train, params.train.direct, ppo.env, ppo.run
@@ -248,6 +254,7 @@ def _finish(
     }
     train = {
         "budget_s": clock.budget_s,
+        "budget_from": budget_from or "params (budget_s)",
         "wall_s": round(clock.elapsed, 1),
         "ppo_wall_s": round(ppo.ppo_s, 1),
         "env_steps": env_steps,

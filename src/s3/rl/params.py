@@ -135,13 +135,19 @@ class DirectParams(_Section):
     track generator, validation tracks) is the distilled training's.
     """
 
-    budget_s: float = Field(
-        900.0,
+    budget_s: float | None = Field(
+        None,
         gt=0.0,
         le=10**6,
-        description="wall-clock budget of the whole run (worker start, PPO, validation, export). The rule: at least "
-        "the distilled route's whole wall clock for one family (collect + distill + its K seeds' training) on the "
-        "same machine; the report checks it",
+        description="wall-clock budget of the whole run (worker start, PPO, validation, export), s; none = the "
+        "distilled route of `route` as measured on this machine (collect + distill + its K seeds' training, "
+        "s3.rl.route_budget), so the rule the report checks (budget >= that route) holds wherever it runs",
+    )
+    route: str | None = Field(
+        None,
+        min_length=1,
+        description="the distilled policy whose measured route sets budget_s when that is none (a policy trained "
+        "in a model; params.yaml names the family whose route took longest in the committed runs)",
     )
     workers: int = Field(0, ge=0, le=256, description="simulator worker processes (0 = one per core)")
     num_envs: int = Field(

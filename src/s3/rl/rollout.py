@@ -80,15 +80,24 @@ class EpisodeBatch:
             self.steps[rows],
         )
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, dry: np.ndarray | None = None) -> dict[str, Any]:
+        """Counts and means; with `dry` (bool [M], True where the run's track has no friction patch)
+        also the mean share of a lap on those tracks (`score_dry`) and on the others (`score_ice`),
+        None where a side has no run."""
         done = self.completed
-        return {
+        out = {
             "episodes": int(len(done)),
             "completion_rate": float(done.mean()),
             "mean_completion": float(self.completion.mean()),
             "mean_lap_time_s": float(np.nanmean(self.lap_time)) if done.any() else None,
             "reasons": {r: self.reason.count(r) for r in sorted(set(self.reason))},
         }
+        if dry is not None:
+            dry = np.asarray(dry, dtype=bool)
+            for key, rows in (("score_dry", dry), ("score_ice", ~dry)):
+                out[key] = float(self.completion[rows].mean()) if rows.any() else None
+                out[key.replace("score", "runs")] = int(rows.sum())
+        return out
 
 
 @dataclass

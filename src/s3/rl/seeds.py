@@ -282,6 +282,7 @@ def train_seeds(
         {
             "seed": s,
             "validation_score": r["validation"]["score"],
+            "validation_score_dry": r["validation"].get("score_dry"),
             "iteration": r["validation"]["iteration"],
             "env_steps": r["train"]["env_steps"],
             "stopped_by": r["train"].get("stopped_by"),

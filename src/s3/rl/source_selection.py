@@ -30,7 +30,7 @@ from s3.rl.export import load_policy_fn, policy_env_params
 from s3.rl.params import TrainParams
 from s3.rl.source_env import SourceVecEnv
 from s3.rl.source_validation import source_episodes
-from s3.rl.tracks import start_grid, validation_tracks
+from s3.rl.tracks import dry_runs, start_grid, validation_tracks
 
 
 @torch.inference_mode()
@@ -64,7 +64,7 @@ def source_scores(folders: Sequence[Path], root: Any, tp: TrainParams) -> list[d
     out = []
     for j in range(k):
         part = batch.part(slice(j, None, k))
-        summary = part.summary()
+        summary = part.summary(dry_runs(tracks, ti))
         out.append(
             {**summary, "score": summary["mean_completion"], "car_steps": int(part.steps.sum()), "tracks": len(tracks)}
         )

@@ -23,7 +23,7 @@ from s3.rl.export import as_callable, deployable
 from s3.rl.loop import PPOTrainer, WallClockBudget
 from s3.rl.rollout import EpisodeBatch, lap_loop
 from s3.rl.source_env import SourceVecEnv
-from s3.rl.tracks import start_grid
+from s3.rl.tracks import dry_runs, start_grid
 from s3.rl.validation import kept_index
 from s3.tracks.track import Track
 
@@ -45,7 +45,7 @@ def validate_source(
     seconds = env.track_length() / params.validation_min_speed
     if params.direct.validation_seconds is not None:
         seconds = torch.clamp(seconds, max=params.direct.validation_seconds)
-    summary = source_episodes(env, policy, obs, torch.ceil(seconds / env.dt).long()).summary()
+    summary = source_episodes(env, policy, obs, torch.ceil(seconds / env.dt).long()).summary(dry_runs(tracks, ti))
     summary["score"] = summary["mean_completion"]
     return summary
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from s3 import headline, tracking
 from s3.catalog import DIRECT
+from s3.config import ParamsError
 from s3.rl import TRAIN_WORKER_PRELOAD
 from s3.sim.backends import side_by_side_names, sim_backend
 from s3.workers import forkserver_context, prestart
@@ -66,7 +67,17 @@ def _train(
     if name == DIRECT:
         from s3.rl.direct import train_direct
 
-        return train_direct(root.model_copy(update={"train": tp}), out_dir, plots_dir, metrics_dir, run=run)
+        route = None
+        if tp.direct.budget_s is None:  # records/train's parent: the records of the route's stages
+            if tp.direct.route is None:
+                raise ParamsError("train.direct: budget_s is null and no route names whose measured wall clock sets it")
+            from s3.rl.route_budget import route_budget
+
+            route = route_budget(Path(metrics_dir).parent, tp.direct.route, root.model_of(tp.direct.route))
+        budget = route["budget_s"] if route is not None else tp.direct.budget_s
+        return train_direct(
+            root.model_copy(update={"train": tp}), out_dir, plots_dir, metrics_dir, budget, run, budget_from=route
+        )
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.env import resolve_device
     from s3.rl.train import train_policy

@@ -96,6 +96,11 @@ def make_track(seed: int, params: TrackPoolParams, circuit: bool) -> Track:
     )
 
 
+def dry_runs(tracks: Sequence[Track], track_index: Sequence[int] | np.ndarray) -> np.ndarray:
+    """bool [M]: True where run i's track (tracks[track_index[i]]) has no friction patch and full base grip."""
+    return np.array([not tracks[i].patches and tracks[i].base_mu >= 1.0 for i in track_index], dtype=bool)
+
+
 def validation_tracks(params: TrackPoolParams, seed: int = 0, first: int | None = None) -> list[Track]:
     """Seeds 2^30 + seed * 1000 + i; the first round(circuit_fraction * n) are circuits, the rest blobs;
     with mirror_probability > 0, every second track of each kind is mirrored. `first`: only the

@@ -19,7 +19,7 @@ from s3.rl.export import as_callable, deployable
 from s3.rl.loop import PPOTrainer
 from s3.rl.params import TrainParams
 from s3.rl.rollout import EpisodeBatch, run_episodes
-from s3.rl.tracks import start_grid
+from s3.rl.tracks import dry_runs, start_grid
 
 
 def validate(
@@ -44,9 +44,10 @@ def validate_checkpoints(
     """
     out = drive_checkpoints(actor, states, model, tracks, params, device)
     m = len(out.completed) // len(states)  # runs per checkpoint
+    dry = dry_runs(tracks, start_grid(tracks, params.tracks.validation_starts)[0])
     summaries = []
     for j in range(len(states)):
-        summary = out.part(slice(j * m, (j + 1) * m)).summary()
+        summary = out.part(slice(j * m, (j + 1) * m)).summary(dry)
         summary["score"] = summary["mean_completion"]
         summaries.append(summary)
     return summaries

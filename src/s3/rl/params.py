@@ -140,14 +140,14 @@ class DirectParams(_Section):
         gt=0.0,
         le=10**6,
         description="wall-clock budget of the whole run (worker start, PPO, validation, export), s; none = the "
-        "distilled route of `route` as measured on this machine (collect + distill + its K seeds' training, "
+        "wall clock that the records of `route` hold (collect + distill + its K seeds' training, "
         "s3.rl.route_budget), so the rule the report checks (budget >= that route) holds wherever it runs",
     )
     route: str | None = Field(
         None,
         min_length=1,
         description="the distilled policy whose measured route sets budget_s when that is none (a policy trained "
-        "in a model; params.yaml names the family whose route took longest in the committed runs)",
+        "in a model; docs/decisions/direct-budget.md says which and why)",
     )
     workers: int = Field(0, ge=0, le=256, description="simulator worker processes (0 = one per core)")
     num_envs: int = Field(

@@ -1,4 +1,4 @@
-"""`direct`'s wall-clock budget from the distilled route it is compared with, as measured on this machine.
+"""`direct`'s wall-clock budget: the recorded wall clock of the distilled route it is compared with.
 
     route_budget(records_dir, policy, model) -> {budget_s, collect_s, distill_s, train_s, policy, model, from}
 

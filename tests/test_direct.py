@@ -271,8 +271,10 @@ def test_the_route_budget_is_the_measured_route_and_names_what_is_missing(tmp_pa
     (tmp_path / "distill" / "ddm.json").write_text(json.dumps({"total_wall_s": 50.0}))
     with pytest.raises(RouteNotMeasured, match=r"train/oracle.json: FileNotFoundError.*dvc repro train@oracle"):
         route_budget(tmp_path, "oracle", "ddm")
-    with pytest.raises(ValueError, match=r"train.direct.route: 'nope' is not a policy trained in a model"):
+    with pytest.raises(ValueError, match=r"train.direct.route: 'nope' is not one of the families"):
         Params.model_validate({"train": {"direct": {"route": "nope"}}})
+    with pytest.raises(ValueError, match=r"train.direct.route: 'oracle' is not one of the families"):
+        Params.model_validate({"train": {"direct": {"route": "oracle"}}})  # its model's record is dytr's
     assert Params.model_validate({"train": {"direct": {"budget_s": 60.0}}}).train.direct.route is None  # fixed
 
 

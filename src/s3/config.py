@@ -100,10 +100,11 @@ class Params(BaseModel):
             if entry.model not in want:
                 raise ValueError(f"policies_in_models.{name}.model: {entry.model!r} is not one of {', '.join(want)}")
         direct = self.train.for_policy(DIRECT).direct
-        if direct.route is not None and direct.route not in self.models():  # its measured route sets the budget
+        if direct.route is not None and direct.route not in self.families:  # its measured route sets the budget
             route = direct.route
             raise ValueError(
-                f"train.direct.route: {route!r} is not a policy trained in a model ({', '.join(self.models())})"
+                f"train.direct.route: {route!r} is not one of the families ({', '.join(self.families)}): its "
+                "collect, distill and train records set direct's budget"
             )
         for name in self.train.per_policy:
             if name not in self.policies():

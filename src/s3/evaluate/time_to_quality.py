@@ -169,7 +169,7 @@ def time_to_quality(
             if best_name is not None or not ends
             else min(ends),  # no family reached it within its own end
         },
-        "budget_rule": budget_rule(direct, routes, list(params.families)),
+        "budget_rule": budget_rule(direct, metrics_dir, params),
     }
     result = json_safe(result)
     headline.write_record(out, result, headline.time_to_quality)

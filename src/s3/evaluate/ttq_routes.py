@@ -22,6 +22,7 @@ from typing import Any
 from s3.catalog import DIRECT
 from s3.evaluate.ttq_checkpoints import MIN_SPACING_STEPS, drive_checkpoints, spaced
 from s3.rl.checkpoints import DIR, read_index
+from s3.rl.route_budget import RouteNotMeasured, route_budget
 from s3.tracks.track import Track
 
 LAP_SHARE = 0.5  # lap-completing: at least half of the set's laps
@@ -244,10 +245,25 @@ def distilled_route(
     return {**route, **_reached(route)}
 
 
-def budget_rule(direct: dict[str, Any], routes: dict[str, dict[str, Any]], families: Sequence[str]) -> dict[str, Any]:
-    """direct's budget against each family's whole distilled route (collect + distill + its K seeds' training)."""
-    whole = {
-        n: _add(r["collect_wall_s"], r["distill_wall_s"], r["rl_wall_s"]) for n, r in routes.items() if n in families
+def budget_rule(direct: dict[str, Any], records_dir: Path, params: Any) -> dict[str, Any]:
+    """direct's budget against each family's whole distilled route (collect + distill + its K seeds' training),
+    read from the records by s3.rl.route_budget (the sum direct's own budget is set from); None where unmeasured."""
+    whole: dict[str, float | None] = {}
+    for n in params.families:
+        try:
+            whole[n] = route_budget(records_dir, n, params.model_of(n))["budget_s"]
+        except RouteNotMeasured:
+            whole[n] = None
+    known = [v for v in whole.values() if v is not None]
+    need = max(known) if known else None
+    budget = direct.get("budget_s")
+    return {
+        "rule": "train.direct.budget_s >= the distilled route's whole wall clock for one family (collect + distill "
+        "+ its K seeds' training)",
+        "budget_s": budget,
+        "family_route_s": whole,
+        "max_family_route_s": need,
+        "holds": None if need is None or budget is None else budget >= need,
     }
     known = [v for v in whole.values() if v is not None]
     need = max(known) if known else None

@@ -146,8 +146,9 @@ class DirectParams(_Section):
     route: str | None = Field(
         None,
         min_length=1,
-        description="the distilled policy whose measured route sets budget_s when that is none (a policy trained "
-        "in a model; docs/decisions/direct-budget.md says which and why)",
+        description="the family whose measured route sets budget_s when that is none (its records/collect.json, "
+        "records/distill/<family>.json and records/train/<family>.json: dvc.yaml's train_direct depends on them; "
+        "docs/decisions/direct-budget.md says which and why)",
     )
     workers: int = Field(0, ge=0, le=256, description="simulator worker processes (0 = one per core)")
     num_envs: int = Field(

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from s3.catalog import DIRECT
 from s3.dynamics.base import DynamicsModel
 from s3.rl.env import DistilledEnv, resolve_device
 from s3.rl.loop import PPOTrainer
@@ -182,7 +183,8 @@ def bench_source(
 
     one = bench_sim(source_seconds, sim.mujoco, sim.control_dt)["control_steps_per_s"]
     d = params.direct
-    ppo = params.ppo.model_copy(update={"num_steps_per_env": d.num_steps_per_env})
+    own = params.for_policy(DIRECT)  # direct's own PPO settings (per_policy.direct), as s3.rl.direct trains it
+    ppo = own.ppo.model_copy(update={"num_steps_per_env": d.num_steps_per_env})
     w = resolve_workers(workers, d.num_envs)
     g = torch.Generator().manual_seed(0)
     with SourceVecEnv(tracks, sim, params.env, d.num_envs, w, seed=0) as env:

@@ -3,7 +3,9 @@
 The 5.x config format: top-level num_steps_per_env / save_interval / obs_groups, an `algorithm`
 section (class_name PPO), `actor` and `critic` sections (rsl_rl.models MLPModel or RNNModel with
 rnn_type "gru"; the actor carries a GaussianDistribution). The environment has a single
-observation group, "policy", used by both. The training loop is s3.rl.loop's.
+observation group, "policy", used by both, unless it also has "privileged" (env.critic_surface):
+then the critic reads both (an asymmetric critic) and the actor still reads "policy" alone.
+The training loop is s3.rl.loop's.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from tensordict import TensorDict
 
 from s3.rl.params import PPOParams
 
-OBS_GROUPS = {"actor": ["policy"], "critic": ["policy"]}
+POLICY, PRIVILEGED = "policy", "privileged"  # the env's observation groups (s3.rl.task_env)
+OBS_GROUPS = {"actor": [POLICY], "critic": [POLICY]}
 Curve = list[tuple[str, int, float]]  # rsl_rl's scalars in the order reported: (tag, iteration, value)
 
 
@@ -38,12 +41,21 @@ def model_config(ppo: PPOParams, role: str) -> dict[str, Any]:
     return cfg
 
 
-def runner_config(ppo: PPOParams) -> dict[str, Any]:
-    """The full OnPolicyRunner configuration (a fresh dict: rsl_rl mutates it)."""
+def obs_groups(privileged: bool) -> dict[str, list[str]]:
+    """Which observation groups the actor and the critic read: the critic also reads PRIVILEGED if the env has it."""
+    groups = {k: list(v) for k, v in OBS_GROUPS.items()}
+    if privileged:
+        groups["critic"].append(PRIVILEGED)
+    return groups
+
+
+def runner_config(ppo: PPOParams, privileged: bool = False) -> dict[str, Any]:
+    """The full OnPolicyRunner configuration (a fresh dict: rsl_rl mutates it); `privileged`: the env
+    observes the group PRIVILEGED for the critic."""
     cfg: dict[str, Any] = {
         "num_steps_per_env": ppo.num_steps_per_env,
         "save_interval": 10**9,  # checkpoints are ours (best by validation), not the runner's
-        "obs_groups": {k: list(v) for k, v in OBS_GROUPS.items()},
+        "obs_groups": obs_groups(privileged),
         "check_for_nan": True,
         "algorithm": {
             "class_name": "PPO",
@@ -81,7 +93,8 @@ def make_runner(env: Any, ppo: PPOParams, device: str | torch.device, silent: bo
     from rsl_rl.runners import OnPolicyRunner
 
     with quiet(silent):
-        return OnPolicyRunner(env, runner_config(ppo), log_dir=None, device=str(device))
+        privileged = PRIVILEGED in env.get_observations()
+        return OnPolicyRunner(env, runner_config(ppo, privileged), log_dir=None, device=str(device))
 
 
 def build_actor(

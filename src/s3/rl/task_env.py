@@ -11,6 +11,7 @@ from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 from torch import Tensor
 
+from s3.rl.ppo import POLICY, PRIVILEGED
 from s3.task.observation import Observer
 from s3.task.rules import Rules
 
@@ -24,7 +25,12 @@ class TaskVecEnv(VecEnv):
     obs: Tensor
 
     def get_observations(self) -> TensorDict:
-        return TensorDict({"policy": self.obs}, batch_size=[self.num_envs], device=self.device)
+        """The group "policy" [N, D] (actor and critic), and "privileged" [N, 1 + Q] (the critic's alone)
+        where the observer has it (s3.rl.ppo.obs_groups)."""
+        groups = {POLICY: self.obs}
+        if (p := self.observer.privileged()) is not None:
+            groups[PRIVILEGED] = p
+        return TensorDict(groups, batch_size=[self.num_envs], device=self.device)
 
     @property
     def episode_length_buf(self) -> Tensor:

@@ -4,6 +4,7 @@
     obs.start(ids, track, pose, state, command, hint=None)   # cars `ids` begin an episode
     ds = obs.observe(pose, state, command, frozen=None)      # every car, one control period later
     o = obs.compute()                                        # [N, D], layout s3.task.layout
+    p = obs.privileged()                                     # [N, 1 + Q] friction for the critic, or None
 
 pose [N, 3] = world (x, y, yaw); state [N, 4] = (vx, vy, yaw_rate, steer) body frame; command
 [N, 3] = the command applied over the last period, i.e. the one that led into `state`. At a start
@@ -39,9 +40,11 @@ class Observer:
         track_ds: float = 1.0,
         window: int = 8,
         device: torch.device | str = "cpu",
+        privileged: bool = False,
     ) -> None:
         self.layout, self.n = layout, int(num_cars)
-        surface = layout.surface_ahead if layout.surface_label else ()
+        self.privileged_surface = privileged and not layout.surface_label  # the label for the critic alone
+        surface = layout.surface_ahead if layout.surface_label or self.privileged_surface else ()
         self.frame = TrackFrame(tracks, self.n, track_ds, window, layout.preview_distances, surface, device)
         with torch.inference_mode():
             self._hist = Window(self.n, layout.history + 1, 7, self.frame.device)
@@ -51,7 +54,8 @@ class Observer:
         cls, tracks: Sequence[Track] | TrackBatch, params: EnvParams, num_cars: int, device: torch.device | str = "cpu"
     ) -> Observer:
         """The observer of a policy trained with these env params."""
-        return cls(tracks, obs_layout(params), num_cars, params.track_ds, params.projection_window, device)
+        layout = obs_layout(params)
+        return cls(tracks, layout, num_cars, params.track_ds, params.projection_window, device, params.critic_surface)
 
     @property
     def hist(self) -> Tensor:
@@ -80,3 +84,9 @@ class Observer:
         ahead_xy, ahead_w = f.preview()
         surface = f.surface() if self.layout.surface_label else None
         return assemble_paired(self.hist, f.feats, to_body(ahead_xy, f.pose), ahead_w, surface)
+
+    @torch.inference_mode()
+    def privileged(self) -> Tensor | None:
+        """What only the critic observes (env.critic_surface without the label): the friction under and
+        ahead of every car [N, 1 + Q], as in the label; None when there is none."""
+        return self.frame.surface() if self.privileged_surface else None

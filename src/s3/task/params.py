@@ -37,6 +37,12 @@ class EnvParams(_Section):
     preview_points: int = Field(20, ge=1, le=200, description="centerline preview points")
     preview_spacing: float = Field(5.0, gt=0.0, le=50.0, description="metres between preview points")
     surface_label: bool = Field(False, description="observe the friction under and ahead of the car")
+    critic_surface: bool = Field(
+        False,
+        description="asymmetric critic: in training the critic also observes the friction under and ahead of the car "
+        "(the surface label's 1 + len(surface_ahead) values, as the extra observation group 'privileged'); the actor, "
+        "and so the exported policy, does not (unless surface_label)",
+    )
     surface_ahead: list[float] = Field(
         default_factory=lambda: [5.0, 10.0, 20.0, 35.0, 50.0], description="metres ahead for the friction preview"
     )

@@ -79,6 +79,7 @@ DISTILLED = {
         "iterations": int,
         "stopped_by": str,
         "invalid_model_steps": int,
+        "off_track_penalty": float,
         "episodes": int,
         "resumed_from_iteration": OPT_INT,
         "device": str,

@@ -128,6 +128,24 @@ class PPOParams(_Section):
         return self
 
 
+class OffTrackConstraint(_Section):
+    """Caution as a constraint (PPO-Lagrangian, s3.rl.caution): in a distilled run the off-track penalty is a
+    multiplier that rises while the training cars leave the road more often than `rate`, and falls back,
+    never below env.reward.off_track, when they do not."""
+
+    rate: float = Field(
+        0.0,
+        ge=0.0,
+        le=0.1,
+        description="target off-track ends per car and control step over a chunk (0: off, the penalty stays "
+        "env.reward.off_track; about 5e-4 to 1e-3 unconstrained at 10 Hz)",
+    )
+    step: float = Field(
+        2.0, gt=0.0, le=1000.0, description="the multiplier's change per chunk per unit of relative violation"
+    )
+    max_penalty: float = Field(100.0, gt=0.0, le=10000.0, description="the multiplier's ceiling")
+
+
 class DirectParams(_Section):
     """The `direct` baseline: PPO run on the source simulator itself, for a matched wall-clock budget.
 
@@ -245,6 +263,7 @@ class TrainParams(_Section):
         description="after training, drive the nominal road course once in the model (information only; "
         "params.yaml: false, the road course belongs to the evaluation suite)",
     )
+    off_track: OffTrackConstraint = OffTrackConstraint()
     env: EnvParams = EnvParams()
     tracks: TrackPoolParams = TrackPoolParams()
     ppo: PPOParams = PPOParams()

@@ -99,6 +99,7 @@ def resume_state(
         "torch_rng": torch.get_rng_state(),
         "env_rng": env.generator.get_state(),
         "env_counts": {"invalid": int(env.invalid_count), "episodes": int(env.episode_count)},
+        "off_track_weight": float(env.rules.off_track_weight),  # the constraint's multiplier (s3.rl.caution)
     }
 
 
@@ -115,4 +116,5 @@ def restore(
     with torch.inference_mode():  # the env's counters are inference tensors once it has stepped
         env.invalid_count.fill_(int(state["env_counts"]["invalid"]))
         env.episode_count.fill_(int(state["env_counts"]["episodes"]))
+    env.rules.off_track_weight = float(state.get("off_track_weight", env.rules.off_track_weight))
     return int(state["done_it"]), float(state["t_ppo"]), int(state["refreshes"]), list(state["checkpoints"])

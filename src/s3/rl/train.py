@@ -47,6 +47,7 @@ import torch
 
 from s3 import headline
 from s3.dynamics.base import DynamicsModel
+from s3.rl.caution import OffTrackMultiplier, chunk_rate
 from s3.rl.env import DistilledEnv, resolve_device
 from s3.rl.export import as_callable, deployable
 from s3.rl.loop import StepBudget
@@ -141,7 +142,14 @@ def train_policy_curve(
         )
         val_tracks = validation_tracks(params.tracks, validation_seed)
         choice = ValidateAtEnd(model, val_tracks, params, device, ppo.t_start, ppo.restored_checkpoints)
-        ppo.loop(budget, choice, lambda done, _, __: _on_chunk(ppo, done, max_it))
+        caution = OffTrackMultiplier(params.off_track, params.env.reward.off_track, env.rules.off_track_weight)
+
+        def on_chunk(done: int, chunk: Curve, _: dict[str, Any]) -> None:
+            if caution.on:
+                env.rules.off_track_weight = caution.update(chunk_rate(chunk))
+            _on_chunk(ppo, done, max_it, caution)
+
+        ppo.loop(budget, choice, on_chunk)
         best = ppo.choose(choice)
         history = choice.history
         _log_validation(ppo, history, choice.seconds)
@@ -182,6 +190,7 @@ def train_policy_curve(
                 "stopped_by": budget.stopped_by,
                 "ppo_steps_per_s": round(env_steps / max(ppo.ppo_s, 1e-9)),
                 "invalid_model_steps": env.invalid_model_steps,
+                "off_track_penalty": caution.value,  # at the end: the constraint's multiplier, else the reward's
                 "episodes": int(env.episode_count),
                 "resumed_from_iteration": ppo.resumed_from,
                 "device": str(device),
@@ -195,17 +204,19 @@ def train_policy_curve(
         return _finish(ppo, meta, best, road, wall, plot_path, kept), ppo.curve
 
 
-def _on_chunk(ppo: PPORun, done: int, max_it: int) -> None:
-    """A chunk's env counters into MLflow and its progress line."""
+def _on_chunk(ppo: PPORun, done: int, max_it: int, caution: OffTrackMultiplier) -> None:
+    """A chunk's env counters (and the off-track constraint's penalty) into MLflow and its progress line."""
     steps = done * ppo.steps_per_iteration
     if ppo.run is not None:
-        ppo.run.log_metrics(
-            {"train/env_steps": steps, "train/invalid_model_steps": ppo.env.invalid_model_steps}, step=done - 1
-        )
+        metrics = {"train/env_steps": steps, "train/invalid_model_steps": ppo.env.invalid_model_steps}
+        if caution.on:
+            metrics["train/off_track_penalty"] = caution.value
+        ppo.run.log_metrics(metrics, step=done - 1)
     rewards = [v for t, _, v in ppo.curve if t == "Train/mean_reward"]
     ppo.say(
         f"train {ppo.name}: it {done}/{max_it}  {steps / 1e6:.2f} M steps  "
         f"reward {rewards[-1] if rewards else float('nan'):.2f}  {time.perf_counter() - ppo.t_start:.0f} s"
+        + (f"  off-track penalty {caution.value:.1f}" if caution.on else "")
     )
 
 

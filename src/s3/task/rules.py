@@ -66,6 +66,7 @@ class Rules:
         device: torch.device | str = "cpu",
     ) -> None:
         self.ends, self.weights, self.max_steps = ends, reward, int(max_steps)
+        self.off_track_weight = float(reward.off_track)  # a training run's constraint may move it (s3.rl.caution)
         self.stall_limit = max(1, int(round(ends.stall_seconds / dt)))
         with torch.inference_mode():
             self.steps = torch.zeros(num_cars, dtype=torch.long, device=device)
@@ -112,7 +113,7 @@ class Rules:
         terms = {
             "progress": w.progress * ds,
             "action_rate": -(w.action_rate * (action - action_prev).square().sum(dim=1)),
-            "off_track": -(w.off_track * off.float()),
+            "off_track": -(self.off_track_weight * off.float()),
             "backwards": -(w.backwards * (backwards & ~off).float()),
             "stall": -(w.stall * stalled.float()),
         }

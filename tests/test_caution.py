@@ -1,8 +1,9 @@
-"""The off-track constraint (train.off_track, s3.rl.caution): a Lagrange multiplier on the off-track rate.
+"""Caution as an objective (#38): the off-track constraint (train.off_track, s3.rl.caution), a Lagrange
+multiplier on the off-track rate, and the grip curriculum (train.tracks.grip_curriculum).
 
-Its arithmetic on given rates, that the env's reward charges the multiplier, and a tiny distilled run in
-which a strict target raises the penalty it ends with. The car model is the fitted `bicycle`
-(tests/conftest.py)."""
+The multiplier's arithmetic on given rates, that the env's reward charges it, a tiny distilled run in
+which a strict target raises the penalty it ends with; the curriculum's eased tracks. The car model is
+the fitted `bicycle` (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from test_train import TINY
 
 from s3.rl.caution import OffTrackMultiplier, chunk_rate
 from s3.rl.env import DistilledEnv
-from s3.rl.params import OffTrackConstraint, TrainParams
+from s3.rl.params import OffTrackConstraint, TrackPoolParams, TrainParams
+from s3.rl.tracks import TrackPool
 from s3.rl.train import train_policy
 from s3.task.params import EnvParams
 from s3.task.rules import OFF_TRACK
@@ -63,3 +65,23 @@ def test_a_strict_target_raises_the_penalty_a_run_ends_with(bicycle, tmp_path) -
     assert params.env.reward.off_track < meta["train"]["off_track_penalty"] <= 60.0
     free = TrainParams.model_validate(TINY)
     assert free.off_track.rate == 0.0  # off by default: the penalty stays the reward's
+
+
+def test_the_grip_curriculum_eases_new_tracks_toward_dry_until_its_end() -> None:
+    plain = TrackPool(TrackPoolParams(pool_size=8, refresh_fraction=0.5), seed=3)
+    eased = TrackPool(TrackPoolParams(pool_size=8, refresh_fraction=0.5, grip_curriculum=4), seed=3)
+    icy = [i for i, t in enumerate(plain.tracks) if t.patches]
+    assert icy and eased.severity == 0.0
+    for i in icy:  # the same tracks and patches, drawn by the same generator: only their grip differs
+        assert [p.s_start for p in eased.tracks[i].patches] == [p.s_start for p in plain.tracks[i].patches]
+        assert all(p.mu == 1.0 for p in eased.tracks[i].patches) and min(p.mu for p in plain.tracks[i].patches) < 0.5
+    for n in (1, 2, 3, 4, 5):
+        new_plain, new_eased = plain.refresh(), eased.refresh()
+        assert new_plain == new_eased and eased.severity == min(1.0, n / 4)
+        for i in new_plain:
+            for a, b in zip(plain.tracks[i].patches, eased.tracks[i].patches, strict=True):
+                assert b.mu == pytest.approx(1.0 + (a.mu - 1.0) * min(1.0, n / 4))
+    assert [t.name for t in eased.validation_tracks()] == [t.name for t in plain.validation_tracks()]
+    assert eased.validation_tracks()[0].patches == plain.validation_tracks()[0].patches  # never eased
+    with pytest.raises(ValidationError, match="grip_curriculum"):
+        TrackPoolParams(grip_curriculum=4, refresh_fraction=0.0)

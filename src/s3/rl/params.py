@@ -87,6 +87,14 @@ class TrackPoolParams(_Section):
     )
     base_mu_min: float = Field(1.0, gt=0.0, le=2.0, description="grip outside patches, sampled per training track")
     base_mu_max: float = Field(1.0, gt=0.0, le=2.0)
+    grip_curriculum: int = Field(
+        0,
+        ge=0,
+        le=100000,
+        description="a friction curriculum over the first this many pool refreshes (0: off): a new training "
+        "track's grip (base and patches) is eased toward dry, mu = 1 + (mu_drawn - 1) * min(1, refreshes / "
+        "grip_curriculum), so the ice grows to full strength as training goes on; validation tracks are never eased",
+    )
     procedural: ProceduralTrackParams = Field(default_factory=_training_tracks)
     circuit: CircuitTrackParams = CircuitTrackParams()
 
@@ -94,6 +102,8 @@ class TrackPoolParams(_Section):
     def _ranges(self) -> TrackPoolParams:
         if self.base_mu_min > self.base_mu_max:
             raise ValueError("base_mu_min must not exceed base_mu_max")
+        if self.grip_curriculum and self.refresh_fraction <= 0:
+            raise ValueError("grip_curriculum needs refresh_fraction > 0: its clock is the pool's refreshes")
         return self
 
 

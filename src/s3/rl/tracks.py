@@ -23,6 +23,7 @@ grip outside patches from base_mu_min/max (sampled per training track).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -53,6 +54,15 @@ def _with_base_mu(track: Track, mu: float) -> Track:
     return Track(track.name, track.centerline, track.w_left, track.w_right, track.patches, base_mu=mu)
 
 
+def _eased(track: Track, severity: float) -> Track:
+    """`track` with its grip moved toward dry: mu -> 1 + (mu - 1) * severity (1: unchanged)."""
+    if severity >= 1.0:
+        return track
+    ease = lambda mu: 1.0 + (mu - 1.0) * severity
+    patches = [dataclasses.replace(p, mu=ease(p.mu)) for p in track.patches]
+    return Track(track.name, track.centerline, track.w_left, track.w_right, patches, base_mu=ease(track.base_mu))
+
+
 class TrackPool:
     """A refreshable pool of procedural training tracks plus a fixed validation set."""
 
@@ -60,6 +70,7 @@ class TrackPool:
         self.params = params
         self.seed = int(seed)
         self._rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0x7261]))
+        self.refreshes = 0  # the grip curriculum's clock (a resumed pool replays its refreshes)
         self.tracks: list[Track] = [self._new_track() for _ in range(params.pool_size)]
         self.generated = len(self.tracks)
 
@@ -70,12 +81,19 @@ class TrackPool:
         mirror = bool(self._rng.random() < p.mirror_probability)
         mu = float(self._rng.uniform(p.base_mu_min, p.base_mu_max)) if p.base_mu_max > p.base_mu_min else p.base_mu_min
         track = make_track(seed, p, circuit)
-        return _with_base_mu(mirrored(track) if mirror else track, mu)
+        return _eased(_with_base_mu(mirrored(track) if mirror else track, mu), self.severity)
+
+    @property
+    def severity(self) -> float:
+        """How much of the drawn ice new tracks get: 1 without a grip curriculum or once it is over."""
+        n = self.params.grip_curriculum
+        return 1.0 if n == 0 else min(1.0, self.refreshes / n)
 
     def refresh(self, fraction: float | None = None) -> list[int]:
         """Replace a share of the pool with new tracks; returns the replaced indices."""
         fraction = self.params.refresh_fraction if fraction is None else fraction
         k = int(round(fraction * len(self.tracks)))
+        self.refreshes += 1
         if k <= 0:
             return []
         idx = sorted(int(i) for i in self._rng.choice(len(self.tracks), size=k, replace=False))

@@ -104,6 +104,12 @@ def test_a_step_budget_ends_on_a_plateau_of_the_validation_score() -> None:
         off.saw({"score": 0.0})
         assert off.next_chunk(done) == 10
     assert off.next_chunk(30) == 0 and off.stopped_by == "max_env_steps"
+    floor = StepBudget(100, 10, 1e9, plateau_chunks=2, plateau_delta=0.02, plateau_min_iterations=50)
+    for done, score in ((10, 0.7), (20, 0.4), (30, 0.5), (40, 0.6)):  # an early best stands for 3 chunks
+        floor.saw({"score": score})
+        assert floor.next_chunk(done) == 10  # ... but the floor keeps the run going
+    floor.saw({"score": 0.65})
+    assert floor.next_chunk(50) == 0 and floor.stopped_by == "plateau"  # at the floor, the plateau counts
 
 
 def test_a_wall_clock_budget_measures_then_fills_what_is_left() -> None:

@@ -206,9 +206,10 @@ class Budget(Protocol):
 class StepBudget:
     """`max_iterations`, `chunk` at a time. It stops early, saying why in `stopped_by`, on a plateau
     (`plateau_chunks` > 0: that many validated chunks in a row without a score above the best so far
-    + `plateau_delta`) or at the wall-clock safety cap (`max_minutes`; the result then depends on
-    how fast the machine was); otherwise at `max_env_steps`. A resumed run starts its plateau count
-    afresh (the restored checkpoints carry no scores)."""
+    + `plateau_delta`, and not before `plateau_min_iterations`) or at the wall-clock safety cap
+    (`max_minutes`; the result then depends on how fast the machine was); otherwise at
+    `max_env_steps`. A resumed run starts its plateau count afresh (the restored checkpoints carry
+    no scores)."""
 
     max_iterations: int
     chunk: int
@@ -217,16 +218,17 @@ class StepBudget:
     stopped_by: str = "max_env_steps"
     plateau_chunks: int = 0
     plateau_delta: float = 0.0
+    plateau_min_iterations: int = 0
     best: float | None = None
     since_best: int = 0
 
-    def plateaued(self) -> bool:
-        return 0 < self.plateau_chunks <= self.since_best
+    def plateaued(self, done: int) -> bool:
+        return 0 < self.plateau_chunks <= self.since_best and done >= self.plateau_min_iterations
 
     def next_chunk(self, done: int) -> int:
         if done >= self.max_iterations:
             return 0
-        if self.plateaued():
+        if self.plateaued(done):
             self.stopped_by = "plateau"
             return 0
         if done > 0 and time.perf_counter() - self.t_start >= self.max_seconds:
@@ -239,7 +241,7 @@ class StepBudget:
 
     def more(self, done: int) -> bool:
         clock = time.perf_counter() - self.t_start < self.max_seconds
-        return done < self.max_iterations and clock and not self.plateaued()
+        return done < self.max_iterations and clock and not self.plateaued(done)
 
     def saw(self, report: dict[str, Any]) -> None:
         score = report.get("score")

@@ -259,6 +259,13 @@ class TrainParams(_Section):
     plateau_delta: float = Field(
         0.02, ge=0.0, le=1.0, description="the least gain in validation score that counts as improving"
     )
+    plateau_min_env_steps: int = Field(
+        0,
+        ge=0,
+        le=10**11,
+        description="no plateau end before this many environment steps (an early score that stands as the best "
+        "for plateau_chunks must not end a run that has not yet learned)",
+    )
     validation_min_speed: float = Field(
         6.0, gt=0.5, le=100.0, description="a validation lap must average at least this (m/s)"
     )

@@ -139,6 +139,7 @@ def train_policy_curve(
             ppo.t_start,
             plateau_chunks=params.plateau_chunks,
             plateau_delta=params.plateau_delta,
+            plateau_min_iterations=math.ceil(params.plateau_min_env_steps / ppo.steps_per_iteration),
         )
         val_tracks = validation_tracks(params.tracks, validation_seed)
         choice = ValidateAtEnd(model, val_tracks, params, device, ppo.t_start, ppo.restored_checkpoints)

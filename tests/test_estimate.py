@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from s3.platform.estimate import forecast, slowdown, stage_minutes
+from s3.platform.estimate import REFERENCE, forecast, recorded_minutes, slowdown, stage_minutes
 
 LOG = """23:50:00 PATH=... dvc repro
 23:50:02 Running stage 'collect':
@@ -36,3 +38,14 @@ def test_forecast_scales_all_but_wall_clock_stages_and_borrows_from_siblings() -
     recorded = {"collect": 6.0, "train@ddm": 12.0, "train@dytr": 14.0, "train_direct": 15.0}
     out = forecast(["collect", "train@oracle", "train_direct", "report"], recorded, 2.0, {"train_direct"})
     assert out == {"collect": 12.0, "train@oracle": 26.0, "train_direct": 15.0, "report": None}
+
+
+def test_the_reference_gives_minutes_as_written_or_from_its_log(tmp_path) -> None:
+    (tmp_path / "run.log").write_text(LOG)
+    assert recorded_minutes({"run_log": "run.log"}, tmp_path)["distill@ddm"] == pytest.approx(7.2)
+    assert recorded_minutes({"stage_minutes": {"collect": 3}, "run_log": "run.log"}, tmp_path) == {"collect": 3.0}
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    committed = recorded_minutes(yaml.safe_load((root / REFERENCE).read_text()), root)
+    assert {"collect", "train_direct", "report"} <= set(committed) and all(v >= 0 for v in committed.values())

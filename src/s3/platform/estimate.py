@@ -3,13 +3,14 @@
     python -m s3.platform.estimate [root]      # prints the forecast; `make run` calls it before `dvc repro`
 
 How. The stages to run are those `dvc status` reports changed, and every stage downstream of one.
-Each one's time is its wall clock in a recorded full run (REFERENCE, reports/estimate.yaml: the
-timestamps of the "Running stage" lines of that run's log), scaled by this machine's speed against
-the recorded machine's: a probe of a few seconds (`probe`: the embedded simulator's control steps
-per second on one core, and small torch training steps per second on one thread; the ratio is the
-geometric mean of the two ratios). A stage bound by a wall-clock budget (`unscaled` in the
-reference: train_direct) keeps its recorded time. A stage the log does not name takes the mean of
-its siblings (the same name before '@'), or counts as unknown.
+Each one's time is its wall clock in a recorded full run (REFERENCE, reports/estimate.yaml: its
+`stage_minutes` as measured, or a `run_log` whose "Running stage" lines carry timestamps), scaled
+by this machine's speed against the recorded machine's: a probe of a few seconds (`probe`: the
+embedded simulator's control steps per second on one core, and small torch training steps per
+second on one thread; the ratio is the geometric mean of the two ratios). A stage bound by a
+wall-clock budget (`unscaled` in the reference: train_direct) keeps its recorded time. A stage the
+reference does not name takes the mean of its siblings (the same name before '@'), or counts as
+unknown.
 
 It is an estimate, and says so: the recorded run shared its cores with other work at times, the
 probe is short, and a busy machine is slower than the probe saw. The times are for the default
@@ -44,6 +45,13 @@ def stage_minutes(log: str) -> dict[str, float]:
         dt = datetime.strptime(end, "%H:%M:%S") - datetime.strptime(start, "%H:%M:%S")
         out[name] = (dt if dt >= timedelta(0) else dt + timedelta(days=1)).total_seconds() / 60
     return out
+
+
+def recorded_minutes(ref: dict[str, Any], root: Path) -> dict[str, float]:
+    """The reference run's minutes per stage: its `stage_minutes` as written, else read from `run_log`."""
+    if ref.get("stage_minutes"):
+        return {str(k): float(v) for k, v in ref["stage_minutes"].items()}
+    return stage_minutes((root / ref["run_log"]).read_text())
 
 
 def probe(seconds: float = 1.5) -> dict[str, float]:
@@ -118,7 +126,7 @@ def report(root: Path = Path("."), probe_s: float = 1.5) -> list[str]:
     if not stages:
         return ["make run: every stage is up to date (dvc status): nothing to run"]
     ref: dict[str, Any] = yaml.safe_load((root / REFERENCE).read_text())
-    recorded = stage_minutes((root / ref["run_log"]).read_text())
+    recorded = recorded_minutes(ref, root)
     factor = slowdown(probe(probe_s), ref["probe"])
     times = forecast(stages, recorded, factor, set(ref.get("unscaled", [])))
     known = [v for v in times.values() if v is not None]
@@ -126,8 +134,8 @@ def report(root: Path = Path("."), probe_s: float = 1.5) -> list[str]:
     fixed = ", ".join(sorted(set(ref.get("unscaled", [])) & set(stages)))
     head = (
         f"make run: {len(stages)} stage(s) to run, about {_duration(sum(known))} on this machine (an estimate: the "
-        f"stage times of {ref['run_log']} on {ref['machine']}, x {factor:.2f} from a {2 * probe_s:.0f}-s speed "
-        "probe here"
+        f"stage times of {ref.get('run') or ref['run_log']} on {ref['machine']}, x {factor:.2f} from a "
+        f"{2 * probe_s:.0f}-s speed probe here"
         + (f"; {fixed}: a fixed wall-clock budget" if fixed else "")
         + (f"; no recorded time for {', '.join(unknown)}" if unknown else "")
         + ")"

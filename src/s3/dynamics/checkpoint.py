@@ -1,7 +1,9 @@
 """models/<family>/: weights and normalisation stats in safetensors, a JSON that says what they are.
 
     model.safetensors  every parameter and buffer (normalisation statistics included); no pickle
-    model.json         family, format and data-schema versions, s3 version, model config, params
+    model.json         family, format and data-schema versions, s3 version, model config, params,
+                       and `ensemble`: M for an ensemble of M members (s3.dynamics.ensemble), whose
+                       weights are members.<m>.* beside the shared normalisation (absent: one model)
 Loading checks the family and the versions and fails with one line naming the file.
 
 The weights carry one metadata entry (the family): safetensors 0.8 writes its metadata map in a
@@ -23,6 +25,7 @@ from safetensors.torch import load_file, save_file
 from s3 import __version__
 from s3.data.schema import SCHEMA_VERSION
 from s3.dynamics.base import ACTION_NAMES, STATE_NAMES, DynamicsModel
+from s3.dynamics.ensemble import Ensemble
 from s3.dynamics.registry import build_model
 from s3.io import atomic_path, write_json_atomic
 
@@ -51,6 +54,7 @@ def save_checkpoint(
         "state": list(STATE_NAMES),
         "action": list(ACTION_NAMES),
         "config": model.config(),
+        **({"ensemble": len(model)} if isinstance(model, Ensemble) else {}),
         "params": params.model_dump(mode="json") if hasattr(params, "model_dump") else params,
         "extra": extra or {},
     }
@@ -95,7 +99,10 @@ def load_checkpoint(folder: str | Path, family: str | None = None, device: str |
     if wfamily != meta["family"]:
         raise CheckpointError(f"{wpath}: holds {wfamily!r} weights but {META} says {meta['family']!r}")
     try:
+        members = int(meta.get("ensemble", 1))
         model = build_model(meta["family"], meta["config"])
+        if members > 1:
+            model = Ensemble([model, *(build_model(meta["family"], meta["config"]) for _ in range(members - 1))])
         model.load_state_dict(state, strict=True)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise CheckpointError(

@@ -216,6 +216,7 @@ class RolloutDataModule(L.LightningDataModule):
     def __init__(self, source: str | Path | pd.DataFrame | RolloutArrays, params: DistillParams) -> None:
         super().__init__()
         self.source, self.p = source, params
+        self.order_seed = params.seed  # the training windows' order; an ensemble member sets its own
         self.data: RolloutArrays | None = None
 
     def setup(self, stage: str | None = None) -> None:
@@ -260,7 +261,7 @@ class RolloutDataModule(L.LightningDataModule):
         sampler = None
         if shuffle:
             n = len(ds) if self.p.train_windows_per_epoch == 0 else min(len(ds), self.p.train_windows_per_epoch)
-            g = torch.Generator().manual_seed(self.p.seed)
+            g = torch.Generator().manual_seed(self.order_seed)
             sampler = RandomSampler(ds, replacement=False, num_samples=n, generator=g)
         return DataLoader(
             ds, batch_size=self.p.batch_size, sampler=sampler, shuffle=False, collate_fn=_identity, num_workers=0

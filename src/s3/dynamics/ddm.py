@@ -81,7 +81,7 @@ class DDMModel(DynamicsModel):
             fit=fit,
             substeps=params.single_track_substeps,
             combined_slip=params.combined_slip,
-            **params.ddm.model_dump(),
+            **params.ddm.model_dump(exclude={"members"}),
         )
 
     def config(self) -> dict[str, Any]:

@@ -32,9 +32,10 @@ from s3 import headline
 from s3.dynamics.base import DynamicsModel
 from s3.dynamics.bicycle import fit_bicycle
 from s3.dynamics.checkpoint import save_checkpoint
-from s3.dynamics.dataset import RolloutArrays, RolloutDataModule
+from s3.dynamics.dataset import RolloutArrays, RolloutDataModule, WindowTensors
+from s3.dynamics.ensemble import Ensemble, calibration, disagreement, member_rollouts
 from s3.dynamics.lightning_module import DynamicsLitModule, KeepBest, NonFiniteLossError, ProgressFeed
-from s3.dynamics.metrics import ICE_MU, evaluate
+from s3.dynamics.metrics import ICE_MU, evaluate, surface_labels
 from s3.dynamics.params import DistillParams
 from s3.dynamics.registry import FAMILIES, new_model
 from s3.io import json_safe
@@ -199,12 +200,10 @@ def distill(
     dm.setup()
     s0, a0, s1, mu0 = dm.train_pairs()
     fit = fit_bicycle(s0, a0, s1, dm.dt, mu0 >= ICE_MU)
-    model = new_model(family, params, dm.dt, fit)
-    model.norm.set({k: torch.as_tensor(v) for k, v in dm.stats.items()})
     folder = out_dir / family
-    train = {"wall_s": 0.0, "epochs": 0, "stopped_by": "least squares"}
-    if not model.fitted_only:
-        train = train_model(model, dm, params, device, folder)
+    model, train = _fit_member(family, dm, params, fit, device, folder)
+    if params.members(family) > 1:
+        model, train = _fit_ensemble(model, train, family, dm, params, fit, device, folder)
     split = {k: [int(e) for e in v] for k, v in dm.split.items()}
     card = {
         k: v for k, v in train.items() if k not in ("val_history", "wall_s")
@@ -215,6 +214,8 @@ def distill(
         metrics, plot_data = evaluate(
             model, dm.data, dm.split["test"], params.eval_stride, params.divergence_seconds, params.throughput_sizes
         )
+        if isinstance(model, Ensemble):
+            metrics["ensemble"] = ensemble_metrics(model, dm.data, dm.split["test"], params.eval_stride)
         bar.advance()
         metrics.update(model.distill_summary(lambda: dm.tensors.gather(torch.from_numpy(dm.test_index[:1024])), fit))
         bar.advance()
@@ -238,6 +239,84 @@ def distill(
         f"{family}: open-loop position error",
     )
     return metrics
+
+
+def _fit_member(
+    family: str, dm: RolloutDataModule, params: DistillParams, fit: dict[str, float], device: torch.device, folder: Path
+) -> tuple[DynamicsModel, dict[str, Any]]:
+    """One model of `family`, started from the current torch seed and trained on `dm`'s window order."""
+    model = new_model(family, params, dm.dt, fit)
+    model.norm.set({k: torch.as_tensor(v) for k, v in dm.stats.items()})
+    if model.fitted_only:
+        return model, {"wall_s": 0.0, "epochs": 0, "stopped_by": "least squares"}
+    return model, train_model(model, dm, params, device, folder)
+
+
+def _fit_ensemble(
+    first: DynamicsModel,
+    first_train: dict[str, Any],
+    family: str,
+    dm: RolloutDataModule,
+    params: DistillParams,
+    fit: dict[str, float],
+    device: torch.device,
+    folder: Path,
+) -> tuple[Ensemble, dict[str, Any]]:
+    """Members 1 .. M-1 beside `first` (member 0, the single model's weights): member j from seed
+    `distill.seed + j`, in its own window order, on the same split; the train summary is member 0's
+    with the total wall clock and every member's own summary under `members`."""
+    if first.fitted_only:
+        raise DistillError(f"distill.{family}.members: {family} is a least-squares fit, its members would be equal")
+    members, trains = [first], [first_train]
+    for j in range(1, params.members(family)):
+        with _quiet_lightning(True):
+            L.seed_everything(params.seed + j, workers=True, verbose=False)
+        dm.order_seed = params.seed + j
+        model, train = _fit_member(family, dm, params, fit, device, folder)
+        members.append(model.cpu())
+        trains.append(train)
+    dm.order_seed = params.seed
+    summary = {
+        **first_train,
+        "wall_s": round(sum(t["wall_s"] for t in trains), 2),
+        "members": [{k: v for k, v in t.items() if k != "val_history"} for t in trains],
+    }
+    return Ensemble([m.cpu() for m in members]), summary
+
+
+@torch.inference_mode()
+def ensemble_metrics(
+    ens: Ensemble, data: RolloutArrays, test_episodes: np.ndarray, eval_stride: int, horizon_s: float = 2.0
+) -> dict[str, Any]:
+    """The ensemble's calibration on the test windows: the members' spread of the position after
+    `horizon_s` (RMS distance to their mean, m) against the mean prediction's real error there (m),
+    per surface (s3.dynamics.ensemble.calibration); and one step's disagreement, mean per surface."""
+    k, h = ens.history, int(round(horizon_s / data.dt))
+    tensors = WindowTensors(data, k, h)
+    index = data.windows(test_episodes, k, h, stride=eval_stride)
+    labels = surface_labels(data, index, k, h)
+    device = next(iter(ens.buffers())).device
+    spread, error, step_dis = [], [], []
+    for i in range(0, len(index), 4096):
+        b = {key: v.to(device) for key, v in tensors.gather(torch.from_numpy(index[i : i + 4096])).items()}
+        xy = member_rollouts(ens, b)[:, :, -1]  # [M, W, 2] after h steps
+        centre = xy.mean(dim=0)
+        spread.append((xy - centre).norm(dim=-1).pow(2).mean(dim=0).sqrt().cpu().numpy())
+        error.append((centre - b["poses"][:, h - 1, :2]).norm(dim=-1).cpu().numpy())
+        mu = b["mu"][:, 0] if ens.use_mu else None
+        preds = ens.members_step(b["hist_states"], b["hist_actions"], b["actions"][:, 0], mu)
+        step_dis.append(disagreement(preds, ens.norm.delta_std).cpu().numpy())
+    sp, er, dis = np.concatenate(spread), np.concatenate(error), np.concatenate(step_dis)
+    splits = ("all", "asphalt", "ice", "transition")
+    return {
+        "members": len(ens),
+        "horizon_s": horizon_s,
+        "calibration": calibration(sp, er, labels, splits),
+        "step_disagreement": {
+            s: (float(dis[labels == s].mean()) if (labels == s).any() else None) for s in splits if s != "all"
+        }
+        | {"all": float(dis.mean())},
+    }
 
 
 def distill_many(

@@ -77,7 +77,7 @@ class DyTrModel(DynamicsModel):
             fit=fit,
             substeps=params.single_track_substeps,
             combined_slip=params.combined_slip,
-            **params.dytr.model_dump(),
+            **params.dytr.model_dump(exclude={"members"}),
         )
 
     def config(self) -> dict[str, Any]:

@@ -17,7 +17,19 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class TransformerParams(_Section):
+class _Network(_Section):
+    """A learned family's section: its size, and how many models it distils."""
+
+    members: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="ensemble members (1 = one model): M models from seeds seed .. seed + M - 1, on the same split "
+        "in different window orders (s3.dynamics.ensemble)",
+    )
+
+
+class TransformerParams(_Network):
     """Size of the black-box causal transformer."""
 
     d_model: int = Field(64, ge=8, le=1024, description="token width")
@@ -26,14 +38,14 @@ class TransformerParams(_Section):
     mlp_ratio: int = Field(2, ge=1, le=8)
 
 
-class DdmParams(_Section):
+class DdmParams(_Network):
     """Size of the Deep Dynamics Model's coefficient network."""
 
     gru_hidden: int = Field(48, ge=4, le=1024)
     mlp_hidden: int = Field(64, ge=4, le=1024)
 
 
-class DytrParams(_Section):
+class DytrParams(_Network):
     """Size of the residual transformer on top of the single-track prior."""
 
     d_model: int = Field(48, ge=8, le=1024)
@@ -89,3 +101,8 @@ class DistillParams(_Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     torch_threads: int = Field(0, ge=0, le=256, description="torch intra-op threads (0 = torch default)")
     progress_bar: bool = True
+
+    def members(self, family: str) -> int:
+        """How many models `family` distils: its section's `members` (1: one model, no ensemble)."""
+        section = getattr(self, family, None)
+        return int(getattr(section, "members", 1))

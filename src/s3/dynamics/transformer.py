@@ -185,7 +185,7 @@ class TransformerModel(DynamicsModel):
 
     @classmethod
     def from_params(cls, params: DistillParams, dt: float, fit: dict[str, float]) -> TransformerModel:
-        return cls(params.history, dt, params.use_friction_label, **params.transformer.model_dump())
+        return cls(params.history, dt, params.use_friction_label, **params.transformer.model_dump(exclude={"members"}))
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), **self.sizes}

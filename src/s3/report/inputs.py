@@ -77,6 +77,20 @@ def control_dt(manifest: Mapping[str, Any] | None, metrics_dir: Path, evals: Map
     return next((dt for dt in candidates if dt is not None), None)
 
 
+def ensemble_records(distill_dir: Path) -> dict[str, dict[str, Any]]:
+    """family -> the `ensemble` entry of records/distill/<family>.json, for the families distilled as an
+    ensemble (s3.dynamics.distill.ensemble_metrics), in their order."""
+    out = {}
+    for name in order_names(json_names(distill_dir)):
+        try:
+            entry = json.loads((distill_dir / f"{name}.json").read_text()).get("ensemble")
+        except (OSError, ValueError):
+            continue
+        if entry:
+            out[name] = entry
+    return out
+
+
 def horizon_curves(distill_dir: Path) -> dict[str, dict[str, Any]]:
     """family -> the `error_vs_horizon` entry of records/distill/<family>.json (families in their order)."""
     curves = {}

@@ -10,6 +10,8 @@ rollout manifest (rows) and `records/collect.json` (collection wall clock) into 
     reports/report.md                        the tables, the definitions, links to the figures
     plots/report/accuracy_vs_quality.png     prediction error against policy quality
     plots/report/error_vs_horizon.png        every family's open-loop position error against horizon
+    plots/report/calibration_<family>.png    an ensemble's spread against its error, per surface
+                                             (only for the families distilled as an ensemble)
 
 It is printed as rich tables and logged to MLflow (one run per family, the pipeline's parent run
 for the correlation and the baselines), so runs of different families and pipeline runs line
@@ -43,7 +45,15 @@ from s3.catalog import DIRECT, FAMILIES, FAMILY, ORACLE_KIND
 from s3.io import json_safe, write_text_atomic
 from s3.report.claims import claims
 from s3.report.cost import collect_cost, direct_cost, efficiency_block
-from s3.report.inputs import BASELINES, control_dt, horizon_curves, json_names, order_names, read_json
+from s3.report.inputs import (
+    BASELINES,
+    control_dt,
+    ensemble_records,
+    horizon_curves,
+    json_names,
+    order_names,
+    read_json,
+)
 from s3.report.mlflow import log_report_mlflow
 from s3.report.ranks import quality_ranks, spearman
 from s3.report.render import (
@@ -197,7 +207,7 @@ def read_experiments(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
 def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path, plots_dir: Path) -> list[Path]:
     """records/report.json, the figures and reports/report.md (all atomic); returns their paths."""
     from s3.report.plots import plot_accuracy_vs_quality
-    from s3.viz.distill_plots import plot_error_vs_horizon
+    from s3.viz.distill_plots import plot_calibration, plot_error_vs_horizon
 
     figs = [plot_accuracy_vs_quality(report, Path(plots_dir) / FIGURE)]
     curves = horizon_curves(Path(metrics_dir) / "distill")
@@ -205,6 +215,9 @@ def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path
         figs.append(
             plot_error_vs_horizon(Path(plots_dir) / HORIZON_FIGURE, curves, "open-loop position error, every family")
         )
+    for family, ens in ensemble_records(Path(metrics_dir) / "distill").items():
+        title = f"{family}: ensemble of {ens['members']}, spread vs error at {ens['horizon_s']:g} s (test episodes)"
+        figs.append(plot_calibration(Path(plots_dir) / f"calibration_{family}.png", ens["calibration"], title))
     out = headline.write_record(Path(metrics_dir) / "report.json", report, headline.report)
     ttq_figure = (
         Path(plots_dir).parent / "time_to_quality.png"

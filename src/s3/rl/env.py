@@ -15,6 +15,9 @@ clipped to [-1, 1] x [0, 1] x [0, 1].
 One step (control period dt of the model):
     s[t+1] = model.step(history, command, mu)   mu = peak friction under the car at time t, from
                                                 the track's patches (fed only if the model uses it)
+With an ensemble model (s3.dynamics.ensemble), each car drives one member, drawn at random at each
+of its resets; with `disagreement_penalty` > 0 every member steps every car, and the step's reward
+loses penalty x the members' disagreement (logged as reward/disagreement and Env/disagreement).
     pose   = integrate_pose(pose, s[t], s[t+1])
 then the task (s3.task) observes the car, rewards the step (named terms, logged as
 extras["log"]["reward/<term>"]) and ends it: by default by the env params' training rules
@@ -54,6 +57,7 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from s3.dynamics.base import DynamicsModel, integrate_pose
+from s3.dynamics.ensemble import Ensemble, disagreement
 from s3.rl.task_env import TaskVecEnv
 from s3.task.actions import split_action
 from s3.task.observation import Observer
@@ -117,6 +121,8 @@ class DistilledEnv(TaskVecEnv):
             self.invalid_count = torch.zeros((), dtype=torch.long, device=dev)
             self.episode_count = torch.zeros((), dtype=torch.long, device=dev)
             self.obs = torch.zeros(n, self.num_obs, device=dev)
+            self.member = torch.zeros(n, dtype=torch.long, device=dev)  # each car's ensemble member
+        self.members = len(self.model) if isinstance(self.model, Ensemble) else 1
         self.reset()
 
     # ------------------------------------------------------------------ state (views)
@@ -248,7 +254,7 @@ class DistilledEnv(TaskVecEnv):
         hs = self.hs
         s0 = hs[:, -1]
         pol, cmd = split_action(actions.to(self.device, torch.float32), s0[:, 0], p.steer_full_speed)
-        s1 = self.model.step(hs, self.ha, cmd, self.frame.mu if self.model.use_mu else None)
+        s1, dis = self._model_step(hs, cmd)
         invalid = ~torch.isfinite(s1).all(dim=1)
         invalid |= torch.hypot(s1[:, 0], s1[:, 1]) > p.max_speed
         invalid |= s1[:, 2].abs() > p.max_yaw_rate
@@ -257,6 +263,9 @@ class DistilledEnv(TaskVecEnv):
         pose = integrate_pose(self.pose, s0, s1, self.dt)
         ds = self.observer.observe(pose, s1, cmd, frozen=invalid)
         out = self.rules.judge(self.frame, ds, pol, self.action_prev, invalid)
+        if dis is not None:
+            cost = torch.where(invalid, 0.0, p.disagreement_penalty * dis)
+            out = out._replace(reward=out.reward - cost)
         self._hs.push(s1)
         self._ha.push(cmd)
         self.action_prev = pol
@@ -272,6 +281,9 @@ class DistilledEnv(TaskVecEnv):
             "Env/progress_per_step": ds.mean(),
             **{f"reward/{k}": out.terms[k].mean() for k in TERMS},
         }
+        if dis is not None:
+            log["Env/disagreement"] = dis.mean()
+            log["reward/disagreement"] = -(p.disagreement_penalty * dis).mean()
         extras: dict[str, Any] = {
             "time_outs": out.time_out,
             "log": log,
@@ -287,6 +299,17 @@ class DistilledEnv(TaskVecEnv):
         return self.get_observations(), out.reward, dones, extras
 
     # ------------------------------------------------------------------ internals
+    def _model_step(self, hs: Tensor, cmd: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Next states [N, 4] and, with an ensemble under a disagreement penalty, the disagreement [N]."""
+        mu = self.frame.mu if self.model.use_mu else None
+        if self.members == 1:
+            return self.model.step(hs, self.ha, cmd, mu), None
+        if self.params.disagreement_penalty == 0:
+            return self.model.step_assigned(hs, self.ha, cmd, mu, self.member), None
+        preds = self.model.members_step(hs, self.ha, cmd, mu)  # [M, N, 4]
+        s1 = preds.gather(0, self.member[None, :, None].expand(1, -1, preds.shape[-1]))[0]
+        return s1, disagreement(preds, self.model.norm.delta_std)
+
     def _reset_idx(self, ids: Tensor, st: Starts) -> None:
         """Cars `ids` start at `st`, driving straight, their windows holding the steady state."""
         pose, hint = start_pose(self.tracks, st)
@@ -299,6 +322,8 @@ class DistilledEnv(TaskVecEnv):
         self.observer.start(ids, st.track, pose, state, cmd, hint)
         self.rules.restart(ids)
         self.action_prev[ids] = torch.stack([zero, thr], dim=1)
+        if self.members > 1:  # a single model draws nothing: its random stream is as without ensembles
+            self.member[ids] = torch.randint(self.members, (ids.numel(),), generator=self.generator, device=self.device)
 
     # ------------------------------------------------------------------ reporting
     @property

@@ -84,6 +84,14 @@ class EnvParams(_Section):
         description="torch.compile the transformer families' network (~1.2-1.3x env steps/s on CPU; compiles on the "
         "first step)",
     )
+    disagreement_penalty: float = Field(
+        0.0,
+        ge=0.0,
+        le=100.0,
+        description="distilled env on an ensemble (distill.ensemble): each step's reward minus this x the members' "
+        "one-step disagreement (s3.dynamics.ensemble; about 1 = members differ by a typical step's change). 0 = off: "
+        "each car then runs its own member only",
+    )
     reward: RewardParams = RewardParams()
 
     @model_validator(mode="after")

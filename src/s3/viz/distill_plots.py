@@ -85,3 +85,26 @@ def plot_error_vs_horizon(
     axes[0][0].legend(fontsize=8)
     fig.suptitle(title)
     return _save(fig, path)
+
+
+def plot_calibration(path: str | Path, calibration: dict[str, Any], title: str = "ensemble spread vs error") -> Path:
+    """An ensemble's mean error against its members' spread, by decile of spread, one line per surface.
+
+    `calibration`: the `ensemble.calibration` entry of a distill record (s3.dynamics.ensemble.calibration).
+    A calibrated spread rises with the error; the dashed line is error = spread.
+    """
+    fig, ax = plt.subplots(figsize=(5.0, 4.0))
+    top = 0.0
+    for split, c in calibration.items():
+        if not c:
+            continue
+        pts = [(s, e) for s, e in zip(c["spread_m"], c["error_m"]) if s is not None and e is not None]
+        ax.plot(*zip(*pts), marker="o", lw=1.2, label=f"{split} (rho {c['spearman_rho']:.2f}, n={c['windows']})")
+        top = max(top, *(max(p) for p in pts))
+    ax.plot([0, top], [0, top], ls="--", color="grey", lw=0.8)
+    ax.set_xlabel("members' spread (m)")
+    ax.set_ylabel("mean prediction's error (m)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=9)
+    return _save(fig, path)

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-all lint bench clean pipeline quick ui flow mlflow-ui nightly ablation graded
+.PHONY: install run test test-all lint bench clean pipeline quick ui flow mlflow-ui nightly ablation graded ice-levers
 
 # torch first, pinned to the CPU build: letting a later package pull torch would fetch CUDA.
 $(STAMP): pyproject.toml
@@ -57,6 +57,9 @@ STUDY_DIR ?= /tmp/s3-study
 
 ablation: install  ## claim 4: friction diversity x surface labels, ddm, K = 2 (about an hour on 2 cores)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/s3 study run ablation --root $(STUDY_DIR)
+
+ice-levers: install  ## the ice levers one at a time (studies/ice.yaml), ddm, K = 3 (about 2 h on 2 cores)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/s3 study run ice --root $(STUDY_DIR)
 
 graded: install  ## claim 3: ddm and transformer of graded accuracy (fewer epochs), K = 2 (about an hour on 2 cores)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/s3 study run graded --root $(STUDY_DIR)

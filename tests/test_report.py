@@ -561,3 +561,41 @@ def test_the_seeds_a_policy_would_need() -> None:
     assert (
         policy_columns({"by_seed": {"0": {"ice": {"lap_share": 0.2}}}})["ice"]["seeds_for_lap_share_0_1"] is None
     )  # one seed: no spread
+
+
+def _lever(overrides: dict[str, Any], ice: list[float], dry: list[float], suite_ice: float, members: int = 1) -> dict:
+    seeds = [
+        {"seed": i, "wall_s": 60.0 * (i + 1), "source": {"score_ice": a, "score_dry": b}}
+        for i, (a, b) in enumerate(zip(ice, dry))
+    ]
+    distill = {"train": {"wall_s": 300.0 * members}, **({"ensemble": {"members": members}} if members > 1 else {})}
+    return {
+        "params": {"train.seeds": 3, **overrides},
+        "distill": distill,
+        "eval": _eval(1.0, suite_ice, 150.0),
+        "train": {"seed_selection": {"seeds": seeds}},
+    }
+
+
+def test_the_ice_levers_section_reads_the_ice_set(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """records/experiments/ice/<variant>.json -> one row each: the hold-out (choice) figures with their
+    seeds' range and n, the suite's (report) ones beside the cautious PID, the costs; nothing without the set."""
+    monkeypatch.setattr(rp, "log_report_mlflow", lambda *a, **k: None)
+    rep = rp.report(ws / "metrics", ws / "reports", ws / "plots" / "report", console=Console(file=None, width=200))
+    assert rep["levers"] == [] and "Ice levers" not in (ws / "reports" / "report.md").read_text()
+    ex = ws / "metrics" / "experiments" / "ice"
+    _write(ex / "plain.json", _lever({}, [0.5, 0.6, 0.4], [1.0, 0.9, 0.8], 0.25))
+    _write(ex / "ensemble.json", _lever({"distill.ddm.members": 5}, [0.9, 0.8, 1.0], [1.0, 1.0, 1.0], 1.0, members=5))
+    _write(ws / "metrics" / "eval" / "pid_cautious.json", _eval(1.0, 1.0, 240.0, gap=False))
+    rep = rp.report(ws / "metrics", ws / "reports", ws / "plots" / "report", console=Console(file=None, width=200))
+    rows = {r["variant"]: r for r in rep["levers"]}
+    assert rows["plain"]["overrides"] == {} and rows["ensemble"]["overrides"] == {"distill.ddm.members": 5}
+    assert rows["ensemble"]["holdout_ice"] == pytest.approx({"mean": 0.9, "min": 0.8, "max": 1.0, "n": 3})
+    assert rows["plain"]["holdout_dry"]["mean"] == pytest.approx(0.9)
+    assert rows["plain"]["suite_ice_completion"]["estimate"] == pytest.approx(0.25)
+    assert rows["ensemble"]["cautious_ice_lap_time_s"] == pytest.approx(240.0)
+    assert rows["ensemble"]["train_wall_per_seed_s"] == pytest.approx(120.0) and rows["ensemble"]["members"] == 5
+    md = (ws / "reports" / "report.md").read_text()
+    assert "## Ice levers" in md
+    assert "| ensemble | `distill.ddm.members=5` | 0.90 [0.80, 1.00] (n=3) |" in md
+    assert "150.0 vs 240.0" in md and "25.0 (5 members)" in md

@@ -63,7 +63,7 @@ def test_the_ablation_variants_are_the_reports() -> None:
 def test_unknown_variant_and_set_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(StudyError, match=r"graded: no variant 'nope' \(variants: ddm_e1"):
         load_study("graded", ROOT).pick(["nope"])
-    with pytest.raises(StudyError, match=r"no study 'nope' in studies/ \(sets: ablation, graded\)"):
+    with pytest.raises(StudyError, match=r"no study 'nope' in studies/ \(sets: ablation, graded, ice\)"):
         load_study("nope", ROOT)
     result = CliRunner().invoke(
         app, ["study", "run", "graded", "--variant", "nope", "--dry-run", "--results", str(tmp_path)]

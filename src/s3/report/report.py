@@ -24,6 +24,7 @@ This module joins and writes; each step has its own module:
     ranks.py    quality ranks of the families, Spearman rank correlation (exact p)
     claims.py   the paper's claims with their verdicts (statistics: stats.py)
     cost.py     efficiency: collection and direct PPO costs, speed-up, break-even
+    levers.py   the ice levers' rows (the `ice` experiment set)
     render.py   the tables and lines as text, rich tables, reports/report.md
     plots.py    the accuracy-vs-quality figure
     mlflow.py   the MLflow runs
@@ -54,6 +55,8 @@ from s3.report.inputs import (
     order_names,
     read_json,
 )
+from s3.report.levers import SET as LEVER_SET
+from s3.report.levers import lever_rows
 from s3.report.mlflow import log_report_mlflow
 from s3.report.ranks import quality_ranks, spearman
 from s3.report.render import (
@@ -173,6 +176,7 @@ def build_report(
     report = {
         "claims": claims(evals, rows, families, experiments, ttq),
         "experiments": {k: sorted(v) for k, v in experiments.items()},
+        "levers": lever_rows(experiments.get(LEVER_SET, {}), evals),
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({platform.machine()}, {platform.system()}, {os.cpu_count()} CPUs)",
         "metrics_dir": str(metrics_dir),

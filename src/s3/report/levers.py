@@ -1,0 +1,71 @@
+"""The ice levers' rows: one per variant of the `ice` experiment set (studies/ice.yaml).
+
+    lever_rows(variants, baseline_evals) -> [row, ...]      (variants: records/experiments/ice/*.json)
+
+Each row: the variant's overrides (less those every variant shares: the set's own); the choice
+figures, on the icy and the dry procedural hold-out in the source (every training seed's `source`
+score of records/train, so the set trains with `train.seed_selection: source`), mean with the
+seeds' range and their n; the report figures, on the evaluation suite's ice and nominal conditions
+(completion with its interval and n, the ice lap time), beside the cautious PID's ice lap time (the
+blind baseline to beat on ice); and the cost: the distillation wall clock (every member of an
+ensemble) and the mean wall clock of one training seed. The hold-out chooses, the suite reports
+(docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from s3.catalog import PID_CAUTIOUS
+
+SET = "ice"  # records/experiments/<SET>/, studies/<SET>.yaml
+
+
+def _seed_scores(train: Mapping[str, Any], key: str) -> list[float]:
+    seeds = (train.get("seed_selection") or {}).get("seeds") or []
+    return [float(s["source"][key]) for s in seeds if (s.get("source") or {}).get(key) is not None]
+
+
+def _spread(xs: list[float]) -> dict[str, Any]:
+    if not xs:
+        return {"mean": None, "min": None, "max": None, "n": 0}
+    return {"mean": sum(xs) / len(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def _suite(ev: Mapping[str, Any], condition: str, metric: str) -> dict[str, Any]:
+    cell = (((ev.get("summary") or {}).get("suite") or {}).get(condition) or {}).get(metric) or {}
+    return {k: cell.get(k) for k in ("estimate", "ci95", "n_seeds", "n_units")}
+
+
+def _shared(overrides: list[dict[str, Any]]) -> dict[str, Any]:
+    """The overrides every variant has with the same value (the set's own): left out of the rows."""
+    first = overrides[0]
+    return {k: x for k, x in first.items() if all(k in o and o[k] == x for o in overrides[1:])}
+
+
+def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per variant, in the order given (see the module docstring)."""
+    cautious = _suite(baseline_evals.get(PID_CAUTIOUS) or {}, "ice", "lap_time_s")["estimate"]
+    shared = _shared([dict(v.get("params") or {}) for v in variants.values()]) if len(variants) > 1 else {}
+    rows = []
+    for name, v in variants.items():
+        train, ev, distill = v.get("train") or {}, v.get("eval") or {}, v.get("distill") or {}
+        seeds = (train.get("seed_selection") or {}).get("seeds") or []
+        walls = [float(s["wall_s"]) for s in seeds if s.get("wall_s") is not None]
+        rows.append(
+            {
+                "variant": name,
+                "overrides": {k: x for k, x in (v.get("params") or {}).items() if k not in shared},
+                "holdout_ice": _spread(_seed_scores(train, "score_ice")),
+                "holdout_dry": _spread(_seed_scores(train, "score_dry")),
+                "suite_ice_completion": _suite(ev, "ice", "completion_rate"),
+                "suite_nominal_completion": _suite(ev, "nominal", "completion_rate"),
+                "suite_ice_lap_time_s": _suite(ev, "ice", "lap_time_s"),
+                "cautious_ice_lap_time_s": cautious,
+                "distill_wall_s": (distill.get("train") or {}).get("wall_s"),
+                "members": (distill.get("ensemble") or {}).get("members", 1),
+                "train_wall_per_seed_s": sum(walls) / len(walls) if walls else None,
+            }
+        )
+    return rows

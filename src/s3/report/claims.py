@@ -38,7 +38,7 @@ from s3.catalog import BLACK_BOX, DIRECT, GROUNDED
 from s3.evaluate.intervals import Interval, difference_bootstrap
 from s3.evaluate.suite import groups
 from s3.report.inputs import get, num
-from s3.report.stats import model_correlation, verdict
+from s3.report.stats import model_correlation, power_plan, verdict
 
 SMOOTHNESS = (
     ("mean_abs_steering_rate", -1),
@@ -70,6 +70,7 @@ def _row(
     n: str,
     detail: Any = None,
     status: str | None = None,
+    power: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One claim row; the verdict from the Interval (which knows its seeds) or the (low, high) of `effect`."""
     interval = effect if isinstance(effect, Interval) else None
@@ -85,6 +86,7 @@ def _row(
         "n": n,
         "verdict": status or verdict(interval if interval is not None else (low, high), direction),
         "detail": detail,
+        "power": power,  # s3.report.stats.power_plan, for the rows that compare two conditions' seed means
     }
 
 
@@ -102,8 +104,14 @@ def smoothness(evals: Mapping[str, Mapping[str, Any] | None]) -> list[dict[str, 
             iv = difference_bootstrap(a, b)
             need = _seeds_needed(a, b, iv.estimate)
             n = f"{len(a)} vs {len(b)} seeds, {sum(map(len, a))} vs {sum(map(len, b))} runs"
-            out.append(_row("2 smoother, safer", statement, direction, iv, n, {"seeds_needed": need}))
+            plan = power_plan(_means(a), _means(b), iv.estimate)
+            out.append(_row("2 smoother, safer", statement, direction, iv, n, {"seeds_needed": need}, power=plan))
     return out
+
+
+def _means(g: list[list[float]]) -> list[float]:
+    """Each seed's mean of its runs (seeds without runs left out)."""
+    return [sum(x) / len(x) for x in g if x]
 
 
 def _seeds_needed(a: list[list[float]], b: list[list[float]], effect: float | None) -> int | None:
@@ -178,7 +186,8 @@ def friction(ablation: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
             return _row(FRICTION, statement, +1, None, "—", status="not run")
         a, b = groups(_runs(hi.get("eval"), "ice"), "lap_share"), groups(_runs(lo.get("eval"), "ice"), "lap_share")
         n = f"{len(a)} vs {len(b)} seeds, {sum(map(len, a))} vs {sum(map(len, b))} ice runs"
-        return _row(FRICTION, statement, +1, difference_bootstrap(a, b), n, detail)
+        iv = difference_bootstrap(a, b)
+        return _row(FRICTION, statement, +1, iv, n, detail, power=power_plan(_means(a), _means(b), iv.estimate))
 
     blind = ablation.get("diverse_blind")
     return [

@@ -59,7 +59,23 @@ def _share(p: Mapping[str, Any], key: str) -> str:
     ) + (f" (n={p.get('seeds')}/{p.get('runs')})" if key == "completion_rate" else "")
 
 
-CLAIM_COLUMNS = ("claim", "statement", "effect", "95 % interval", "n", "verdict")
+CLAIM_COLUMNS = (
+    "claim",
+    "statement",
+    "effect",
+    "95 % interval",
+    "n",
+    "detectable at 80 % power (seeds needed)",
+    "verdict",
+)
+
+
+def _power(p: Mapping[str, Any] | None) -> str:
+    """The smallest effect this K detects with 80 % power, and the seeds per side the observed effect needs."""
+    if not p:
+        return DASH
+    need = "" if p.get("seeds_needed") is None else f" ({p['seeds_needed']})"
+    return f"±{_f(p['detectable_effect'], 3)} at K = {p['k']}{need}"
 
 
 def claim_rows(report: Mapping[str, Any]) -> list[list[str]]:
@@ -68,7 +84,7 @@ def claim_rows(report: Mapping[str, Any]) -> list[list[str]]:
     for c in report.get("claims", []):
         ci = c["ci95"]
         band = DASH if not ci else f"[{_f(ci[0], 3)}, {_f(ci[1], 3)}]"
-        out.append([c["claim"], c["statement"], _f(c["effect"], 3), band, c["n"], c["verdict"]])
+        out.append([c["claim"], c["statement"], _f(c["effect"], 3), band, c["n"], _power(c.get("power")), c["verdict"]])
     return out
 
 

@@ -17,6 +17,10 @@ conditions, over training seeds). Definitions (fixed before looking at any resul
 - seeds needed (`seeds_needed`): how many seeds the observed seed-to-seed spread would need for a
   normal-approximation 95 % interval of half-width below the observed effect; "cannot tell"
   together with this number is the honest report of an underpowered comparison.
+- power (`power_plan`): for a difference of two conditions' seed means, the smallest |difference|
+  a two-sided test at 5 % detects with 80 % power at the K run (the detectable effect), and the K
+  per side the observed effect would need for that power; normal approximation from the seeds'
+  spread. It plans K; an sd from 3 seeds is itself uncertain.
 - prediction error vs policy quality across models (`model_correlation`): Spearman's rho over the
   models, its two-sided p from the permutation distribution of the pairings (exact over all n!
   orderings when n! <= n_resamples), and a paired bootstrap interval over the models.
@@ -95,6 +99,31 @@ def seeds_needed(
     sd = float(np.std(vals, ddof=1))
     z = float(stats.norm.ppf(0.5 + confidence / 2))
     return max(2, math.ceil((z * sd / abs(effect)) ** 2))
+
+
+POWER = 0.8
+
+
+def power_plan(
+    a: Sequence[float], b: Sequence[float], effect: float | None, power: float = POWER, confidence: float = CONFIDENCE
+) -> dict[str, Any] | None:
+    """A two-sided comparison of two conditions by their seed means a [K_a], b [K_b] (module docstring):
+
+        sd = sqrt(sd_a^2 + sd_b^2) (ddof 1),  z = z_(1 - alpha/2) + z_power,  k = min(K_a, K_b)
+        detectable_effect = z * sd / sqrt(k)                     (same unit as the effect)
+        seeds_needed      = ceil((z * sd / |effect|)^2), at least 2   (per side; None without an effect)
+
+    None with fewer than 2 seeds on a side (no spread to plan from)."""
+    va, vb = (np.array([float(x) for x in v if x is not None and math.isfinite(float(x))]) for v in (a, b))
+    if len(va) < 2 or len(vb) < 2:
+        return None
+    sd = math.sqrt(float(np.var(va, ddof=1)) + float(np.var(vb, ddof=1)))
+    z = float(stats.norm.ppf(0.5 + confidence / 2) + stats.norm.ppf(power))
+    k = min(len(va), len(vb))
+    need = None
+    if effect is not None and math.isfinite(effect) and effect != 0:
+        need = max(2, math.ceil((z * sd / abs(effect)) ** 2))
+    return {"k": k, "power": power, "sd": sd, "detectable_effect": z * sd / math.sqrt(k), "seeds_needed": need}
 
 
 def _spearman_rho(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -297,3 +297,19 @@ def test_model_correlation_without_enough_information():
     assert flat["rho"] is None and "constant" in flat["reason"]
     with pytest.raises(ValueError):
         model_correlation([0.1, 0.2, 0.3], [1.0, 2.0])
+
+
+def test_power_plan_gives_the_detectable_effect_and_the_seeds_an_effect_needs() -> None:
+    from s3.report.stats import power_plan
+
+    a, b = [0.0, 0.2, 0.4], [0.1, 0.3, 0.5]  # sd 0.2 each: sd of the difference sqrt(0.08)
+    p = power_plan(a, b, effect=0.1)
+    z = 1.959964 + 0.841621  # two-sided 5 %, 80 % power
+    assert p["k"] == 3 and p["sd"] == pytest.approx(math.sqrt(0.08))
+    assert p["detectable_effect"] == pytest.approx(z * math.sqrt(0.08) / math.sqrt(3), rel=1e-5)
+    assert p["seeds_needed"] == math.ceil((z * math.sqrt(0.08) / 0.1) ** 2) == 63
+    assert power_plan(a, b, effect=0.0)["seeds_needed"] is None
+    assert power_plan([0.1], b, effect=0.1) is None  # no spread on one side: nothing to plan from
+    # ten times the seeds shrink the detectable effect by sqrt(10)
+    many = power_plan(a * 10, b * 10, effect=0.1)
+    assert many["k"] == 30 and many["detectable_effect"] < p["detectable_effect"] / 2.5

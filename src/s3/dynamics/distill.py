@@ -74,7 +74,12 @@ def _quiet_lightning(quiet: bool) -> Iterator[None]:
 
 
 def train_model(
-    model: DynamicsModel, dm: RolloutDataModule, params: DistillParams, device: torch.device, folder: Path
+    model: DynamicsModel,
+    dm: RolloutDataModule,
+    params: DistillParams,
+    device: torch.device,
+    folder: Path,
+    label: str | None = None,
 ) -> dict[str, Any]:
     """Fit a learned family with Lightning; restores the best validation weights into `model`.
 
@@ -82,7 +87,7 @@ def train_model(
     DistillError is raised.
     """
     lit = DynamicsLitModule(model, params)
-    keep, feed = KeepBest(), ProgressFeed(f"distill {model.family}")  # feed: the stage's progress, not Lightning's bar
+    keep, feed = KeepBest(), ProgressFeed(label or f"distill {model.family}")  # the stage's progress, not Lightning's
     stop = EarlyStopping(monitor="val/multi_step", patience=params.patience, mode="min", check_finite=True)
     t0 = time.perf_counter()
     try:
@@ -242,14 +247,22 @@ def distill(
 
 
 def _fit_member(
-    family: str, dm: RolloutDataModule, params: DistillParams, fit: dict[str, float], device: torch.device, folder: Path
+    family: str,
+    dm: RolloutDataModule,
+    params: DistillParams,
+    fit: dict[str, float],
+    device: torch.device,
+    folder: Path,
+    member: int = 0,
 ) -> tuple[DynamicsModel, dict[str, Any]]:
     """One model of `family`, started from the current torch seed and trained on `dm`'s window order."""
     model = new_model(family, params, dm.dt, fit)
     model.norm.set({k: torch.as_tensor(v) for k, v in dm.stats.items()})
     if model.fitted_only:
         return model, {"wall_s": 0.0, "epochs": 0, "stopped_by": "least squares"}
-    return model, train_model(model, dm, params, device, folder)
+    m = params.members(family)
+    label = f"distill {family}" + (f" member {member + 1}/{m}" if m > 1 else "")
+    return model, train_model(model, dm, params, device, folder, label)
 
 
 def _fit_ensemble(
@@ -272,7 +285,7 @@ def _fit_ensemble(
         with _quiet_lightning(True):
             L.seed_everything(params.seed + j, workers=True, verbose=False)
         dm.order_seed = params.seed + j
-        model, train = _fit_member(family, dm, params, fit, device, folder)
+        model, train = _fit_member(family, dm, params, fit, device, folder, j)
         members.append(model.cpu())
         trains.append(train)
     dm.order_seed = params.seed

@@ -213,6 +213,8 @@ def distill(
     card = {
         k: v for k, v in train.items() if k not in ("val_history", "wall_s")
     }  # the wall clock is the run's: records/distill only
+    if "members" in card:
+        card["members"] = [{k: v for k, v in t.items() if k != "wall_s"} for t in card["members"]]
     save_checkpoint(model.cpu(), folder, params, extra={"train": json_safe(card), "split": split, "bicycle_fit": fit})
     model = model.to(device).eval()
     with progress(f"distill {family}: test metrics", 2, "parts") as bar:  # tens of seconds: a line every 30 s
@@ -281,14 +283,17 @@ def _fit_ensemble(
     if first.fitted_only:
         raise DistillError(f"distill.{family}.members: {family} is a least-squares fit, its members would be equal")
     members, trains = [first], [first_train]
-    for j in range(1, params.members(family)):
-        with _quiet_lightning(True):
-            L.seed_everything(params.seed + j, workers=True, verbose=False)
-        dm.order_seed = params.seed + j
-        model, train = _fit_member(family, dm, params, fit, device, folder, j)
-        members.append(model.cpu())
-        trains.append(train)
-    dm.order_seed = params.seed
+    try:
+        for j in range(1, params.members(family)):
+            with _quiet_lightning(True):
+                L.seed_everything(params.seed + j, workers=True, verbose=False)
+            dm.order_seed = params.seed + j
+            # a member that fails keeps its last good weights apart, never as the family's model
+            model, train = _fit_member(family, dm, params, fit, device, folder / f"member-{j}", j)
+            members.append(model.cpu())
+            trains.append(train)
+    finally:
+        dm.order_seed = params.seed
     summary = {
         **first_train,
         "wall_s": round(sum(t["wall_s"] for t in trains), 2),

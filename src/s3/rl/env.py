@@ -68,6 +68,8 @@ from s3.task.window import Window
 from s3.tracks.torch_track import TrackBatch
 from s3.tracks.track import Track
 
+DISAGREEMENT_CAP = 10.0  # ten typical steps' change: members this far apart are all off the data
+
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None or device == "auto":
@@ -283,7 +285,7 @@ class DistilledEnv(TaskVecEnv):
         }
         if dis is not None:
             log["Env/disagreement"] = dis.mean()
-            log["reward/disagreement"] = -(p.disagreement_penalty * dis).mean()
+            log["reward/disagreement"] = -cost.mean()
         extras: dict[str, Any] = {
             "time_outs": out.time_out,
             "log": log,
@@ -308,7 +310,8 @@ class DistilledEnv(TaskVecEnv):
             return self.model.step_assigned(hs, self.ha, cmd, mu, self.member), None
         preds = self.model.members_step(hs, self.ha, cmd, mu)  # [M, N, 4]
         s1 = preds.gather(0, self.member[None, :, None].expand(1, -1, preds.shape[-1]))[0]
-        return s1, disagreement(preds, self.model.norm.delta_std)
+        dis = disagreement(preds, self.model.norm.delta_std)  # a member gone non-finite: the cap, never NaN
+        return s1, torch.nan_to_num(dis, nan=DISAGREEMENT_CAP, posinf=DISAGREEMENT_CAP).clamp(max=DISAGREEMENT_CAP)
 
     def _reset_idx(self, ids: Tensor, st: Starts) -> None:
         """Cars `ids` start at `st`, driving straight, their windows holding the steady state."""

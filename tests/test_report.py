@@ -599,3 +599,10 @@ def test_the_ice_levers_section_reads_the_ice_set(ws: Path, monkeypatch: pytest.
     assert "## Ice levers" in md
     assert "| ensemble | `distill.ddm.members=5` | 0.90 [0.80, 1.00] (n=3) |" in md
     assert "150.0 vs 240.0" in md and "25.0 (5 members)" in md
+
+
+def test_a_lever_keeps_its_overrides_when_plain_has_not_run() -> None:
+    from s3.report.levers import lever_rows
+
+    only = {"ensemble": _lever({"distill.ddm.members": 5}, [0.9], [1.0], 1.0, members=5)}
+    assert lever_rows(only, {})[0]["overrides"] == {"train.seeds": 3, "distill.ddm.members": 5}

@@ -2,7 +2,7 @@
 
     lever_rows(variants, baseline_evals) -> [row, ...]      (variants: records/experiments/ice/*.json)
 
-Each row: the variant's overrides (less those every variant shares: the set's own); the choice
+Each row: the variant's overrides (less the set's own: those of its `plain` variant); the choice
 figures, on the icy and the dry procedural hold-out in the source (every training seed's `source`
 score of records/train, so the set trains with `train.seed_selection: source`), mean with the
 seeds' range and their n; the report figures, on the evaluation suite's ice and nominal conditions
@@ -20,6 +20,7 @@ from typing import Any
 from s3.catalog import PID_CAUTIOUS
 
 SET = "ice"  # records/experiments/<SET>/, studies/<SET>.yaml
+PLAIN = "plain"  # the set's variant without a lever: its overrides are the set's own
 
 
 def _seed_scores(train: Mapping[str, Any], key: str) -> list[float]:
@@ -38,16 +39,10 @@ def _suite(ev: Mapping[str, Any], condition: str, metric: str) -> dict[str, Any]
     return {k: cell.get(k) for k in ("estimate", "ci95", "n_seeds", "n_units")}
 
 
-def _shared(overrides: list[dict[str, Any]]) -> dict[str, Any]:
-    """The overrides every variant has with the same value (the set's own): left out of the rows."""
-    first = overrides[0]
-    return {k: x for k, x in first.items() if all(k in o and o[k] == x for o in overrides[1:])}
-
-
 def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per variant, in the order given (see the module docstring)."""
     cautious = _suite(baseline_evals.get(PID_CAUTIOUS) or {}, "ice", "lap_time_s")["estimate"]
-    shared = _shared([dict(v.get("params") or {}) for v in variants.values()]) if len(variants) > 1 else {}
+    shared = dict((variants.get(PLAIN) or {}).get("params") or {})  # the set's own overrides: plain has no other
     rows = []
     for name, v in variants.items():
         train, ev, distill = v.get("train") or {}, v.get("eval") or {}, v.get("distill") or {}

@@ -77,13 +77,13 @@ def control_dt(manifest: Mapping[str, Any] | None, metrics_dir: Path, evals: Map
     return next((dt for dt in candidates if dt is not None), None)
 
 
-def ensemble_records(distill_dir: Path) -> dict[str, dict[str, Any]]:
-    """family -> the `ensemble` entry of records/distill/<family>.json, for the families distilled as an
-    ensemble (s3.dynamics.distill.ensemble_metrics), in their order."""
+def distill_entries(distill_dir: Path, key: str) -> dict[str, Any]:
+    """family -> the `key` entry of records/distill/<family>.json, families in their order (files that
+    cannot be read, or have no such entry, left out)."""
     out = {}
     for name in order_names(json_names(distill_dir)):
         try:
-            entry = json.loads((distill_dir / f"{name}.json").read_text()).get("ensemble")
+            entry = json.loads((distill_dir / f"{name}.json").read_text()).get(key)
         except (OSError, ValueError):
             continue
         if entry:
@@ -91,14 +91,11 @@ def ensemble_records(distill_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def ensemble_records(distill_dir: Path) -> dict[str, dict[str, Any]]:
+    """family -> the `ensemble` entry (s3.dynamics.distill.ensemble_metrics) of each family distilled as one."""
+    return distill_entries(distill_dir, "ensemble")
+
+
 def horizon_curves(distill_dir: Path) -> dict[str, dict[str, Any]]:
     """family -> the `error_vs_horizon` entry of records/distill/<family>.json (families in their order)."""
-    curves = {}
-    for name in order_names(json_names(distill_dir)):
-        try:
-            curve = json.loads((distill_dir / f"{name}.json").read_text()).get("error_vs_horizon")
-        except (OSError, ValueError):
-            continue
-        if curve:
-            curves[name] = curve
-    return curves
+    return distill_entries(distill_dir, "error_vs_horizon")

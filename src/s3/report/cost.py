@@ -179,3 +179,10 @@ def efficiency_block(
             **efficiency(r["rl_wall_s"], reached, direct["real_time_wall_s"], direct["reached"], one_rt),
         }
     return {"families": measured, "real_time": real_time}
+
+
+def interval_text(x: Any, ci: Any, digits: int = 1, scale: float = 1.0) -> str:
+    if x is None:
+        return DASH
+    band = f" [{scale * ci[0]:.{digits}f}, {scale * ci[1]:.{digits}f}]" if ci and None not in ci else ""
+    return f"{scale * x:.{digits}f}{band}"

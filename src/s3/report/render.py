@@ -22,6 +22,8 @@ from rich.table import Table
 
 from s3.catalog import DIRECT
 from s3.report.cost import DASH, duration
+from s3.report.cost import interval_text as _interval
+from s3.report.render_levers import lever_section
 from s3.report.rows import CONDITIONS, CORRELATED, ERROR_METRICS
 
 
@@ -35,13 +37,6 @@ def _pair(a: Any, b: Any, digits: int = 1) -> str:
 
 def _pct(x: Any) -> str:
     return DASH if x is None else f"{100 * x:.0f}%"
-
-
-def _interval(x: Any, ci: Any, digits: int = 1, scale: float = 1.0) -> str:
-    if x is None:
-        return DASH
-    band = f" [{scale * ci[0]:.{digits}f}, {scale * ci[1]:.{digits}f}]" if ci and None not in ci else ""
-    return f"{scale * x:.{digits}f}{band}"
 
 
 def _lap(p: Mapping[str, Any]) -> str:
@@ -300,6 +295,7 @@ def _md_table(columns: Iterable[str], rows: list[list[str]]) -> str:
 
 def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Path) -> str:
     """reports/report.md: the tables, the correlation, the costs, the figure, the definitions."""
+
     figs = [f"![{Path(f).stem}]({os.path.relpath(Path(f).resolve(), Path(reports_dir).resolve())})" for f in figures]
     parts = [
         "# s3 report: prediction accuracy vs policy quality",
@@ -323,78 +319,13 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
         "## Efficiency",
         _md_table(EFF_COLUMNS, efficiency_rows(report)),
         "\n".join(f"- {line}" for line in cost_lines(report)),
-        *lever_section(report.get("levers") or []),
+        *lever_section(report.get("levers") or [], _md_table),
         "## Definitions",
         "\n".join(f"- **{k}**: {v}" for k, v in report["definitions"].items()),
     ]
     if report["missing"]:
         parts += ["## Not measured (inputs missing)", "\n".join(f"- `{m}`" for m in report["missing"])]
     return "\n\n".join(parts) + "\n"
-
-
-LEVER_COLUMNS = (
-    "variant",
-    "overrides",
-    "icy hold-out lap share (seeds' mean [min, max], n)",
-    "dry hold-out lap share",
-    "suite ice laps % (n seeds/runs)",
-    "suite nominal laps %",
-    "suite ice lap time (s) vs cautious PID",
-    "distill (min)",
-    "train per seed (min)",
-)
-
-
-def _holdout(h: Mapping[str, Any]) -> str:
-    if not h.get("n"):
-        return DASH
-    return f"{h['mean']:.2f} [{h['min']:.2f}, {h['max']:.2f}] (n={h['n']})"
-
-
-def _suite_pct(c: Mapping[str, Any], with_n: bool = True) -> str:
-    if c.get("estimate") is None:
-        return DASH
-    n = f" (n={c['n_seeds']}/{c['n_units']})" if with_n else ""
-    return _interval(c["estimate"], c.get("ci95"), digits=0, scale=100.0) + n
-
-
-def _minutes(s: Any) -> str:
-    return DASH if s is None else f"{s / 60:.1f}"
-
-
-def lever_rows_md(levers: list[Mapping[str, Any]]) -> list[list[str]]:
-    rows = []
-    for r in levers:
-        lap = r["suite_ice_lap_time_s"].get("estimate")
-        cautious = r.get("cautious_ice_lap_time_s")
-        lap_s = DASH if lap is None else f"{lap:.1f}" + ("" if cautious is None else f" vs {cautious:.1f}")
-        members = f" ({r['members']} members)" if r.get("members", 1) > 1 else ""
-        rows.append(
-            [
-                r["variant"],
-                ", ".join(f"`{k}={v}`" for k, v in r["overrides"].items()) or DASH,
-                _holdout(r["holdout_ice"]),
-                _holdout(r["holdout_dry"]),
-                _suite_pct(r["suite_ice_completion"]),
-                _suite_pct(r["suite_nominal_completion"], with_n=False),
-                lap_s,
-                _minutes(r.get("distill_wall_s")) + members,
-                _minutes(r.get("train_wall_per_seed_s")),
-            ]
-        )
-    return rows
-
-
-def lever_section(levers: list[Mapping[str, Any]]) -> list[str]:
-    """The ice levers' section (s3.report.levers), or nothing when the `ice` set has not run."""
-    if not levers:
-        return []
-    return [
-        "## Ice levers (experiment set `ice`)",
-        "Chosen on the icy procedural hold-out in the source (every training seed, its range and n); the "
-        "evaluation suite reports only. Costs on the machine that ran the set.",
-        _md_table(LEVER_COLUMNS, lever_rows_md(levers)),
-    ]
 
 
 README_BEGIN, README_END = "<!-- results:begin -->", "<!-- results:end -->"

@@ -1,0 +1,73 @@
+"""The ice levers' section of reports/report.md (rows: s3.report.levers), in render.py's formats."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from s3.report.cost import DASH
+from s3.report.cost import interval_text as _interval
+
+LEVER_COLUMNS = (
+    "variant",
+    "overrides",
+    "icy hold-out lap share (seeds' mean [min, max], n)",
+    "dry hold-out lap share",
+    "suite ice laps % (n seeds/runs)",
+    "suite nominal laps %",
+    "suite ice lap time (s) vs cautious PID",
+    "distill (min)",
+    "train per seed (min)",
+)
+
+
+def _holdout(h: Mapping[str, Any]) -> str:
+    if not h.get("n"):
+        return DASH
+    return f"{h['mean']:.2f} [{h['min']:.2f}, {h['max']:.2f}] (n={h['n']})"
+
+
+def _suite_pct(c: Mapping[str, Any], with_n: bool = True) -> str:
+    if c.get("estimate") is None:
+        return DASH
+    n = f" (n={c['n_seeds']}/{c['n_units']})" if with_n else ""
+    return _interval(c["estimate"], c.get("ci95"), digits=0, scale=100.0) + n
+
+
+def _minutes(s: Any) -> str:
+    return DASH if s is None else f"{s / 60:.1f}"
+
+
+def lever_rows_md(levers: list[Mapping[str, Any]]) -> list[list[str]]:
+    rows = []
+    for r in levers:
+        lap = r["suite_ice_lap_time_s"].get("estimate")
+        cautious = r.get("cautious_ice_lap_time_s")
+        lap_s = DASH if lap is None else f"{lap:.1f}" + ("" if cautious is None else f" vs {cautious:.1f}")
+        members = f" ({r['members']} members)" if r.get("members", 1) > 1 else ""
+        rows.append(
+            [
+                r["variant"],
+                ", ".join(f"`{k}={v}`" for k, v in r["overrides"].items()) or DASH,
+                _holdout(r["holdout_ice"]),
+                _holdout(r["holdout_dry"]),
+                _suite_pct(r["suite_ice_completion"]),
+                _suite_pct(r["suite_nominal_completion"], with_n=False),
+                lap_s,
+                _minutes(r.get("distill_wall_s")) + members,
+                _minutes(r.get("train_wall_per_seed_s")),
+            ]
+        )
+    return rows
+
+
+def lever_section(levers: list[Mapping[str, Any]], md_table: Callable[[Any, list[list[str]]], str]) -> list[str]:
+    """The ice levers' section (s3.report.levers), or nothing when the `ice` set has not run."""
+    if not levers:
+        return []
+    return [
+        "## Ice levers (experiment set `ice`)",
+        "Chosen on the icy procedural hold-out in the source (every training seed, its range and n); the "
+        "evaluation suite reports only. Costs on the machine that ran the set.",
+        md_table(LEVER_COLUMNS, lever_rows_md(levers)),
+    ]

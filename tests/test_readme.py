@@ -194,9 +194,11 @@ def test_readme_table_renders_the_report(metrics: Path) -> None:
         "[100.0, 100.0] (n=12) |" in text
     )
     assert "| pid | 100 [100, 100] (n=1/4) |" in text and "| bicycle | 25 [" in text
-    assert "| 2 smoother, safer | ddm vs transformer: mean_abs_steering_rate lower |" in text
-    assert "| 1 efficiency |" in text and "not run" in text  # no time-to-quality curves in this folder
-    assert text.count("\n| ") == len(rep["rows"]) + 1 + len(rep["claims"]) + 1  # header + rows, twice
+    assert "| 2 smoother, safer | primary | ddm vs transformer, nominal: mean_abs_steering_rate lower |" in text
+    assert "| 1 efficiency | primary |" in text and "not run" in text  # no time-to-quality curves in this folder
+    primary = [c for c in rep["claims"] if c["role"] == "primary"]
+    assert len(primary) < len(rep["claims"]) and "| secondary |" not in text  # the rest: reports/report.md
+    assert text.count("\n| ") == len(rep["rows"]) + 1 + len(primary) + 1  # header + rows, twice
     other = {**rep, "generated_at": "2000-01-01T00:00:00+00:00", "machine": "elsewhere"}
     assert readme_table(other) == text  # from the metrics alone: the same report, the same text
 

@@ -170,7 +170,7 @@ def test_table_joins_accuracy_and_quality(ws: Path) -> None:
 
 
 def test_manoeuvre_probes_join_the_table_and_the_correlation(ws: Path) -> None:
-    """The probes' errors come from each policy's eval; the worst ice probe drives best here (rho -1)."""
+    """The probes' errors come from each policy's eval; the worst ice probe drives best here (rho +1)."""
     ice_err = {"bicycle": 4.0, "ddm": 1.0, "transformer": 3.0, "dytr": 2.0}  # the accuracy order of ADE2
     for fam, c in COMPLETION.items():
         ev = _eval(c, c)
@@ -187,19 +187,19 @@ def test_manoeuvre_probes_join_the_table_and_the_correlation(ws: Path) -> None:
     pred = rep["rows"]["ddm"]["prediction"]
     assert pred["probe_3s_ice"] == 4.0 and pred["probe_3s_asphalt"] == 0.5 and pred["probe_slides_agreed"] == 0.75
     assert rep["rows"]["pid"]["prediction"]["probe_3s_ice"] is None
-    assert rep["correlation"]["probe_3s_ice"]["rho"] == pytest.approx(-1.0)
-    assert rep["correlation"]["ade_2s_all"]["rho"] == pytest.approx(1.0)
+    assert rep["correlation"]["probe_3s_ice"]["rho"] == pytest.approx(1.0)
+    assert rep["correlation"]["ade_2s_all"]["rho"] == pytest.approx(-1.0)  # the more accurate, the better: -1
     assert rep["correlation"]["probe_3s_asphalt"]["rho"] is None  # all equal: no ranking
     rows = {r[0]: r for r in main_rows(rep)}
     assert rows["ddm"][5:7] == ["0.5 / 4.0", "75%"]
-    assert any(line.startswith("probe_3s_ice: rho = -1.00") for line in correlation_lines(rep))
+    assert any(line.startswith("probe_3s_ice: rho = +1.00") for line in correlation_lines(rep))
 
 
 @pytest.mark.parametrize(
-    ("completion", "rho"), [(COMPLETION, 1.0), ({f: 1.25 - c for f, c in COMPLETION.items()}, -1.0)]
+    ("completion", "rho"), [(COMPLETION, -1.0), ({f: 1.25 - c for f, c in COMPLETION.items()}, 1.0)]
 )
 def test_spearman_sign_convention(ws: Path, completion: dict[str, float], rho: float) -> None:
-    """+1: the most accurate family drives best; -1: the least accurate drives best."""
+    """-1: the most accurate family drives best; +1: the least accurate drives best (claim 3's convention)."""
     for fam, c in completion.items():
         _write(ws / "metrics" / "eval" / f"{fam}.json", _eval(c, c))
     corr = rp.build_report(ws / "metrics")["correlation"]
@@ -408,7 +408,7 @@ def test_entry_point_writes_prints_and_logs(ws: Path, monkeypatch: pytest.Monkey
     assert saved["rows"]["ddm"]["quality"]["rank"] == rep["rows"]["ddm"]["quality"]["rank"] == 1.0
     md = (ws / "reports" / "report.md").read_text()
     assert "![accuracy_vs_quality](../plots/report/accuracy_vs_quality.png)" in md
-    assert "| ddm | 0.10 | 0.20 |" in md and "## Definitions" in md and "rho = +1.00" in md
+    assert "| ddm | 0.10 | 0.20 |" in md and "## Definitions" in md and "rho = -1.00" in md
     assert (ws / "plots" / "report" / "accuracy_vs_quality.png").stat().st_size > 1000
     assert (
         "![error_vs_horizon](../plots/report/error_vs_horizon.png)" in md
@@ -427,7 +427,7 @@ def test_entry_point_writes_prints_and_logs(ws: Path, monkeypatch: pytest.Monkey
         and by_run["ddm"]["policy"]["nominal"]["completion_rate"] == 1.0
     )
     assert by_run["ddm"]["efficiency"]["speedup"] == pytest.approx(4.0)
-    assert by_run[None]["correlation"]["ade_2s_all"]["rho"] == pytest.approx(1.0)
+    assert by_run[None]["correlation"]["ade_2s_all"]["rho"] == pytest.approx(-1.0)
     assert by_run[None]["baselines"]["pid"]["policy"]["ice"]["lap_time_s"] == 120.0
     assert all(len(a) == 4 for *_, a in calls)
 
@@ -479,7 +479,8 @@ def test_the_claims_verdicts_from_their_inputs(ws: Path) -> None:
         return {"params": {}, "distill": {}, "train": {}, "eval": ev}
 
     _write(ws / "metrics" / "experiments" / "ablation" / "diverse_blind.json", variant(0.8))
-    _write(ws / "metrics" / "experiments" / "ablation" / "narrow_blind.json", variant(0.2))
+    _write(ws / "metrics" / "experiments" / "ablation" / "narrow_matched_blind.json", variant(0.2))  # primary: holds
+    _write(ws / "metrics" / "experiments" / "ablation" / "narrow_blind.json", variant(0.7))
     _write(
         ws / "metrics" / "experiments" / "ablation" / "diverse_model_label.json", variant(0.3)
     )  # blind better: holds
@@ -489,61 +490,70 @@ def test_the_claims_verdicts_from_their_inputs(ws: Path) -> None:
     rep = rp.build_report(ws / "metrics")
     assert rep["efficiency"]["direct_budget_rule"]["holds"] is False  # read from the one check, time_to_quality's
     assert "NOT met" in "\n".join(cost_lines(rep))
-    one = rep["claims"][
-        0
-    ]  # direct never reached quality within 900 s, ddm did at 600 s: at least 300 s sooner, one seed each
+    one = rep["claims"][0]  # direct never reached quality within 900 s, ddm did at 600 s: at least 300 s sooner
     assert (
         one["claim"] == "1 efficiency" and one["effect"] == 300.0 and one["detail"]["measured"]["kind"] == "lower bound"
     )
-    assert one["verdict"] == "cannot tell" and one["n"] == "1 seed per route"
-    rate = {
-        c["statement"].split(":")[0]: c
-        for c in rep["claims"]
-        if c["statement"].endswith("mean_abs_steering_rate lower")
-    }
-    assert rate["ddm vs transformer"]["verdict"] == "holds" and rate["ddm vs transformer"]["effect"] == pytest.approx(
-        -0.43
-    )
-    assert rate["dytr vs transformer"]["verdict"] == "does not hold" and rate["dytr vs transformer"][
-        "effect"
-    ] == pytest.approx(0.40)
-    four, model, policy, both = rep["claims"][-4:]
-    assert (
-        four["effect"] == pytest.approx(0.6)
-        and four["verdict"] == "holds"
-        and four["n"] == "3 vs 3 seeds, 12 vs 12 ice runs"
-    )
-    assert (
-        model["statement"].endswith("for the model")
-        and model["effect"] == pytest.approx(0.5)
-        and model["verdict"] == "holds"
-    )
+    assert one["effect_text"] == "at least 300 s sooner" and one["unit"] == "s"
+    assert one["verdict"] == "cannot tell" and one["n"] == "1 seed per route" and one["k"] == 1  # no test at one seed
+    primary = [c for c in rep["claims"] if c["role"] == "primary"]
+    rate = {c["statement"].split(":")[0]: c for c in primary if c["claim"].startswith("2")}
+    assert set(rate) == {f"{f} vs transformer, {c}" for f in ("ddm", "dytr") for c in ("nominal", "ice")}
+    nominal = rate["ddm vs transformer, nominal"]
+    assert nominal["verdict"] == "holds" and nominal["effect"] == pytest.approx(-0.43) and nominal["k"] == 3
+    assert nominal["n"] == "3 vs 3 seeds, 12 vs 12 common laps" and nominal["test"].startswith("difference of seed")
+    assert rate["dytr vs transformer, ice"]["verdict"] == "does not hold"
+    assert rate["dytr vs transformer, ice"]["effect"] == pytest.approx(0.40)
+    secondary = [c for c in rep["claims"] if c["role"] == "secondary" and c["claim"].startswith("2")]
+    assert len(secondary) == 4 * 5  # per pair and condition: four smoothness metrics and the completion rate
+    assert all(c["verdict"] == "cannot tell" and "Holm over 5" in c["test"] for c in secondary)  # equal in the fixture
+    friction = [c for c in rep["claims"] if c["claim"].startswith("4") and c["role"] != "sensitivity"]
+    four, unmatched, model, policy, both = friction
+    assert four["role"] == "primary" and "as much ice" in four["statement"]
+    assert four["effect"] == pytest.approx(0.6) and four["verdict"] == "holds"
+    assert four["n"] == "3 vs 3 seeds, 12 vs 12 ice runs"
+    assert unmatched["role"] == "secondary" and unmatched["effect"] == pytest.approx(0.1)
+    assert model["statement"].endswith("for the model") and model["effect"] == pytest.approx(0.5)
+    assert model["verdict"] == "holds" and "Holm over 3 secondaries" in model["test"]  # diverse_labelled not run
     assert policy["effect"] == pytest.approx(0.0) and policy["verdict"] == "cannot tell"
-    assert both["verdict"] == "not run" and both["claim"] == four["claim"]  # diverse_labelled was not run
+    assert both["verdict"] == "not run" and both["claim"] == four["claim"]
     assert rep["experiments"] == {
-        "ablation": ["diverse_blind", "diverse_model_label", "diverse_policy_label", "narrow_blind"]
+        "ablation": [
+            "diverse_blind",
+            "diverse_model_label",
+            "diverse_policy_label",
+            "narrow_blind",
+            "narrow_matched_blind",
+        ]
     }
+    # every run is on road_course here: without it, the sensitivity rows have nothing to read
+    sensitivity = [c for c in rep["claims"] if c["role"] == "sensitivity"]
+    assert len(sensitivity) == 4 + 1 + 1 and all("[without road_course]" in c["statement"] for c in sensitivity)
+    assert {c["verdict"] for c in sensitivity} == {"not run"}
 
 
 def test_direct_budget_rule_and_the_claims_verdicts(ws: Path) -> None:
-    """Without time to quality the budget rule is not checked; claim 3 is judged by permuting models."""
+    """Without time to quality the budget rule is not checked; claim 3: four families whose accuracy orders their
+    quality, no pair inverted but not every pair decided (cannot tell); the association's exact p over 4 models is
+    2/24 at best (cannot tell)."""
     rep = rp.build_report(ws / "metrics")
     assert rep["efficiency"]["direct_budget_rule"] is None and "not checked" in "\n".join(cost_lines(rep))
-    claims = {c["claim"][0]: c for c in rep["claims"] if not c["claim"].startswith("2")}
-    three = claims["3"]  # four families in perfect order (lower error, more laps): rho -1, but the exact p is 2/24
-    assert (
-        three["effect"] == pytest.approx(-1.0)
-        and three["detail"]["p_value"] == pytest.approx(2 / 24)
-        and three["verdict"] == "cannot tell"
-    )
-    assert (
-        claims["1"]["verdict"] == "not run" and claims["4"]["verdict"] == "not run"
-    )  # no time-to-quality file, no ablation
-    two = [c for c in rep["claims"] if c["claim"].startswith("2")]
-    assert len(two) == 10 and all(
-        c["verdict"] == "cannot tell" for c in two
-    )  # identical smoothness in the fixture: zero effect
-    assert all(c["effect"] == 0.0 and c["n"] == "3 vs 3 seeds, 24 vs 24 runs" for c in two)
+    primary = {c["claim"][0]: c for c in rep["claims"] if c["role"] == "primary" and not c["claim"].startswith("2")}
+    three = primary["3"]
+    assert three["verdict"] == "cannot tell" and three["k"] == 3  # no inversion, two pairs undecided
+    orders = {(p["more_accurate"], p["less_accurate"]): p["order"] for p in three["detail"]["pairs"]}
+    assert orders[("ddm", "bicycle")] == orders[("ddm", "transformer")] == "kept"
+    assert orders[("dytr", "transformer")] is None and "inverted" not in orders.values()
+    association = next(c for c in rep["claims"] if c["claim"].startswith("3") and c["role"] == "secondary")
+    assert association["effect"] == pytest.approx(-1.0) and association["detail"]["p_value"] == pytest.approx(2 / 24)
+    assert association["verdict"] == "cannot tell"
+    assert primary["1"]["verdict"] == "not run" and primary["4"]["verdict"] == "not run"  # no ttq file, no ablation
+    two = [c for c in rep["claims"] if c["claim"].startswith("2") and c["role"] != "sensitivity"]
+    smooth = [c for c in two if "completion_rate" not in c["statement"]]
+    assert len(two) == 4 * 6 and len(smooth) == 4 * 5
+    assert all(c["verdict"] == "cannot tell" and c["effect"] == 0.0 for c in smooth)  # identical smoothness
+    done = next(c for c in two if c["statement"] == "ddm vs transformer, nominal: completion_rate higher")
+    assert done["effect"] == pytest.approx(0.5) and done["verdict"] == "holds"  # failures counted apart: 12/12 vs 6/12
 
 
 def test_the_seeds_a_policy_would_need() -> None:

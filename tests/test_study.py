@@ -36,6 +36,7 @@ def test_the_ablation_variants_are_the_reports() -> None:
     study = load_study("ablation", ROOT)
     assert list(study.variants) == [
         "narrow_blind",
+        "narrow_matched_blind",
         "diverse_blind",
         "diverse_labelled",
         "diverse_model_label",
@@ -48,7 +49,7 @@ def test_the_ablation_variants_are_the_reports() -> None:
         policy = name.endswith(("_labelled", "_policy_label"))
         assert params.distill.use_friction_label is model and params.train.env.surface_label is policy, name
         narrow = name.startswith("narrow")
-        assert (params.collect.ice_episode_fraction < 0.5) is narrow
+        assert (params.collect.ice_episode_fraction < 0.5) is (name == "narrow_blind")  # the others: diverse's quantity
         assert (
             params.train.tracks.procedural.patch_mu_max - params.train.tracks.procedural.patch_mu_min < 0.2
         ) is narrow
@@ -58,6 +59,21 @@ def test_the_ablation_variants_are_the_reports() -> None:
     # each one-label variant shares its model with a two-level variant (one distillation, DVC's run cache)
     assert p["diverse_model_label"].distill == p["diverse_labelled"].distill
     assert p["diverse_policy_label"].distill == p["diverse_blind"].distill
+    # the quantity-matched arm: diverse_blind's amount of ice, narrow_blind's mu range
+    matched, diverse, narrow = p["narrow_matched_blind"], p["diverse_blind"], p["narrow_blind"]
+    m, d, n = (x.train.tracks.procedural for x in (matched, diverse, narrow))
+    assert (m.patch_mu_min, m.patch_mu_max) == (n.patch_mu_min, n.patch_mu_max)
+    assert (m.patches_min, m.patches_max) == (d.patches_min, d.patches_max)
+    assert matched.collect.ice_episode_fraction == diverse.collect.ice_episode_fraction
+    assert (matched.collect.tracks.patches_min, matched.collect.tracks.patches_max) == (
+        diverse.collect.tracks.patches_min,
+        diverse.collect.tracks.patches_max,
+    )
+    assert (matched.collect.tracks.patch_mu_min, matched.collect.tracks.patch_mu_max) == (
+        narrow.collect.tracks.patch_mu_min,
+        narrow.collect.tracks.patch_mu_max,
+    )
+    assert matched.train.tracks.procedural.patch_probability == diverse.train.tracks.procedural.patch_probability
 
 
 def test_unknown_variant_and_set_are_one_line(tmp_path: Path) -> None:

@@ -88,7 +88,7 @@ def _title(report: Mapping[str, Any]) -> str:
     rho = f"rho = {c['rho']:+.2f} (n = {c['n']})" if c["rho"] is not None else f"rho not defined ({c['reason']})"
     return (
         f"prediction error vs policy quality in the source simulator\n"
-        f"Spearman({head}, quality rank): {rho}\n(+1 = the better predictor drives better; hollow = oracle)"
+        f"Spearman({head}, quality): {rho}\n(-1 = the better predictor drives better; hollow = oracle)"
     )
 
 

@@ -1,7 +1,7 @@
 """The families ranked by policy quality, and the rank correlation of prediction error with that rank.
 
     quality_ranks(rows) -> {name: rank}        rank 1 = best, equal keys share their average rank
-    spearman(errors, ranks) -> {rho, p_value, n, families, reason}
+    spearman(errors, quality) -> {rho, p_value, n, families, reason}   quality: higher = better (minus the rank)
 
 The definitions the report states (records/report.json `definitions`: quality_rank, spearman)
 are the contract of these two functions.
@@ -41,7 +41,8 @@ def quality_ranks(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
 
 
 def spearman(errors: Mapping[str, float | None], ranks: Mapping[str, float]) -> dict[str, Any]:
-    """rho of (error, quality rank) over the families with both (see the report's definitions['spearman'])."""
+    """rho of (error, quality) over the families with both (see the report's definitions['spearman']); `ranks`
+    is any higher-is-better quality order (the report passes minus the quality rank, so rho < 0 = accuracy pays)."""
     from scipy.stats import spearmanr
 
     names = [n for n in errors if errors.get(n) is not None and n in ranks]

@@ -56,7 +56,9 @@ def _share(p: Mapping[str, Any], key: str) -> str:
 
 CLAIM_COLUMNS = (
     "claim",
+    "role",
     "statement",
+    "test",
     "effect",
     "95 % interval",
     "n",
@@ -73,13 +75,19 @@ def _power(p: Mapping[str, Any] | None) -> str:
     return f"±{_f(p['detectable_effect'], 3)} at K = {p['k']}{need}"
 
 
-def claim_rows(report: Mapping[str, Any]) -> list[list[str]]:
-    """The paper's claims: effect, interval, n and verdict (s3.report.claims)."""
+def claim_rows(report: Mapping[str, Any], roles: Iterable[str] | None = None) -> list[list[str]]:
+    """The paper's claims: role, test, effect, interval, n and verdict (s3.report.claims); `roles`: only those rows."""
     out = []
     for c in report.get("claims", []):
+        role = c.get("role", "primary")
+        if roles is not None and role not in roles:
+            continue
         ci = c["ci95"]
         band = DASH if not ci else f"[{_f(ci[0], 3)}, {_f(ci[1], 3)}]"
-        out.append([c["claim"], c["statement"], _f(c["effect"], 3), band, c["n"], _power(c.get("power")), c["verdict"]])
+        effect = c.get("effect_text") or _f(c["effect"], 3)
+        k = "" if c.get("k") is None else f" (K = {c['k']})"
+        row = [c["claim"], role, c["statement"], c.get("test") or DASH, effect, band, f"{c['n']}{k}"]
+        out.append([*row, _power(c.get("power")), c["verdict"]])
     return out
 
 
@@ -313,7 +321,7 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
         "otherwise (at this n).",
         _md_table(CLAIM_COLUMNS, claim_rows(report)),
         "## Does better prediction give a better policy?",
-        "Spearman rho of (prediction error, quality rank), +1 = better prediction goes with a better policy:",
+        "Spearman rho of (prediction error, policy quality), -1 = better prediction goes with a better policy:",
         "\n".join(f"- {line}" for line in correlation_lines(report)),
         *figs,
         "## Efficiency",
@@ -366,9 +374,12 @@ def readme_table(report: Mapping[str, Any]) -> str:
             "completed and lap share as the mean over seeds [95 % two-level bootstrap interval], n = seeds / runs; "
             "lap time over the completed laps, n = laps.",
             _md_table(README_COLUMNS, readme_rows(report)),
-            "The paper's claims (two-sided 95 %, verdict rule fixed in advance; at K = 3 seeds per policy a verdict "
-            "is provisional: [docs/statistics.md](docs/statistics.md)):",
-            _md_table(CLAIM_COLUMNS, claim_rows(report)) if report.get("claims") else "(no claim rows in this report)",
+            "The paper's claims, their primary rows (two-sided 95 %, rules fixed in advance; at K = 3 seeds per policy "
+            "a verdict is provisional: [docs/statistics.md](docs/statistics.md); the secondary and sensitivity rows "
+            "are in [reports/report.md](reports/report.md)):",
+            _md_table(CLAIM_COLUMNS, claim_rows(report, ("primary",)))
+            if report.get("claims")
+            else "(no claim rows in this report)",
         ]
     )
 

@@ -89,11 +89,12 @@ DEFINITIONS = {
     "by the mean share of the lap driven before failing (nominal and ice; higher is better), then by the nominal "
     "then the ice lap time (shorter is better; no completed lap counts as slowest); rank 1 = best, "
     "equal keys share their average rank",
-    "spearman": "rho = Spearman rank correlation of (prediction error, quality rank) over the model families that "
-    "have both; both are lower-is-better, so +1 = the family that predicts best also drives best, -1 = the reverse, "
-    "0 = prediction accuracy says nothing about policy quality; p = exact two-sided permutation p-value (the share of "
-    "all orderings of the ranks with |rho| at least as large). Null with a reason when fewer than 3 families "
-    "have both or one side is constant",
+    "spearman": "rho = Spearman rank correlation of (prediction error, policy quality = minus the quality rank) over "
+    "the model families that have both; error is lower-is-better and quality higher-is-better, so -1 = the family "
+    "that predicts best also drives best, +1 = the reverse, 0 = prediction accuracy says nothing about policy "
+    "quality (claim 3's sign convention); p = exact two-sided permutation p-value (the share of all orderings of "
+    "the ranks with |rho| at least as large). Null with a reason when fewer than 3 families have both or one side "
+    "is constant",
     "transfer_gap": "same policy, same track: source-simulator minus distilled-environment value (negative completion "
     "gap = completes less often in the source simulator; positive lap-time gap = slower there)",
     "rl_wall_to_policy": "wall clock of the RL phase (train wall_s; with train.seeds > 1, that of all seeds, "
@@ -156,7 +157,10 @@ def build_report(
     for name, rank in quality_ranks({n: r for n, r in rows.items() if n in families}).items():
         rows[name]["quality"]["rank"] = rank
     ranks = {n: r["quality"]["rank"] for n, r in rows.items() if r["quality"]["rank"] is not None}
-    corr = {m: spearman({n: rows[n]["prediction"][m] for n in families}, ranks) for m in CORRELATED}
+    better = {
+        n: -r for n, r in ranks.items()
+    }  # higher = better: one sign convention with claim 3 (rho < 0 = accuracy pays)
+    corr = {m: spearman({n: rows[n]["prediction"][m] for n in families}, better) for m in CORRELATED}
 
     man = read_json(manifest, missing)
     dt = control_dt(man, metrics_dir, evals)
@@ -181,7 +185,7 @@ def build_report(
         "machine": f"{platform.node()} ({platform.machine()}, {platform.system()}, {os.cpu_count()} CPUs)",
         "metrics_dir": str(metrics_dir),
         "rows": rows,
-        "correlation": {"headline": HEADLINE_ERROR, "quality": "quality_rank", **corr},
+        "correlation": {"headline": HEADLINE_ERROR, "quality": "minus quality_rank", **corr},
         "efficiency": {
             "control_dt": dt,
             "collect": collect,
@@ -255,7 +259,7 @@ def report(
     console.print(report_table(rep))
     console.print(claims_table(rep))
     for line in correlation_lines(rep):
-        console.print(f"Spearman (error, quality rank) {line}", highlight=False)
+        console.print(f"Spearman (error, quality) {line}", highlight=False)
     console.print(efficiency_table(rep))
     for line in cost_lines(rep):
         console.print(line, highlight=False)

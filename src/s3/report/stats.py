@@ -12,8 +12,8 @@ conditions, over training seeds). Definitions (fixed before looking at any resul
                      carry the seed-to-seed spread (fewer than 2 seeds on a side of it)
   "does not hold" is a finding, not a failure to find: it says the data support the opposite.
   Every claim stated beforehand is reported with its verdict; none is dropped or re-aimed after
-  the fact, and there is no correction for the number of claims, so read several "holds" of one
-  family together, not as independent evidence.
+  the fact. The primary rows of different claims are not corrected for each other (each claim is
+  its own question); the secondary rows of one claim are (Holm, below).
 - seeds needed (`seeds_needed`): how many seeds the observed seed-to-seed spread would need for a
   normal-approximation 95 % interval of half-width below the observed effect; "cannot tell"
   together with this number is the honest report of an underpowered comparison.
@@ -21,6 +21,11 @@ conditions, over training seeds). Definitions (fixed before looking at any resul
   a two-sided test at 5 % detects with 80 % power at the K run (the detectable effect), and the K
   per side the observed effect would need for that power; normal approximation from the seeds'
   spread. It plans K; an sd from 3 seeds is itself uncertain.
+- secondary rows (`holm`, `p_verdict`): a claim with several metrics names one primary, whose
+  verdict is the claim's (the interval rule above); its secondaries are judged together with Holm's
+  step-down correction of their bootstrap p-values (s3.evaluate.intervals, `Interval.p_value`) at a
+  family-wise 5 %: a secondary holds when its adjusted p is below 0.05 with the effect on the claimed
+  side, does not hold when below 0.05 on the other side, cannot tell otherwise.
 - prediction error vs policy quality across models (`model_correlation`): Spearman's rho over the
   models, its two-sided p from the permutation distribution of the pairings (exact over all n!
   orderings when n! <= n_resamples), and a paired bootstrap interval over the models.
@@ -101,6 +106,33 @@ def seeds_needed(
     return max(2, math.ceil((z * sd / abs(effect)) ** 2))
 
 
+ALPHA = 0.05
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values, in the input order (None stays None and does not count towards m).
+
+    With the m finite p's sorted ascending, p_(i) becomes max over j <= i of min(1, (m - j + 1) p_(j));
+    rejecting where the adjusted p < alpha keeps the family-wise error at alpha for any dependence."""
+    idx = [i for i, p in enumerate(p_values) if p is not None and math.isfinite(p)]
+    order = sorted(idx, key=lambda i: p_values[i])  # type: ignore[arg-type,return-value]
+    m, running = len(order), 0.0
+    out: list[float | None] = [None] * len(p_values)
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(p_values[i])))  # type: ignore[arg-type]
+        out[i] = running
+    return out
+
+
+def p_verdict(p: float | None, estimate: float | None, direction: Direction, alpha: float = ALPHA) -> Verdict:
+    """A (Holm-adjusted) two-sided p and the effect's sign: holds / does not hold below alpha, cannot tell otherwise."""
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be +1 or -1, got {direction!r}")
+    if p is None or estimate is None or not math.isfinite(p) or p >= alpha or estimate == 0:
+        return "cannot tell"
+    return "holds" if (estimate > 0) == (direction == 1) else "does not hold"
+
+
 POWER = 0.8
 
 
@@ -126,7 +158,7 @@ def power_plan(
     return {"k": k, "power": power, "sd": sd, "detectable_effect": z * sd / math.sqrt(k), "seeds_needed": need}
 
 
-def _spearman_rho(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+def spearman_rho(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
     """Spearman's rho along `axis` (vectorised: batches of resamples); NaN where a side is constant."""
     rx, ry = stats.rankdata(x, axis=axis), stats.rankdata(y, axis=axis)
     rx = rx - rx.mean(axis=axis, keepdims=True)
@@ -172,13 +204,13 @@ def model_correlation(
     if np.all(xs == xs[0]) or np.all(ys == ys[0]):
         out["reason"] = "constant input: all models tie on " + ("x" if np.all(xs == xs[0]) else "y")
         return out
-    out["rho"] = float(_spearman_rho(xs, ys))
+    out["rho"] = float(spearman_rho(xs, ys))
     rng = np.random.default_rng(seed)
     # Only x is permuted (one sample): the null is the n! orderings of x against the fixed y, exact when
     # n! <= n_resamples. Permuting both samples would give (n!)^2 orderings, exact only up to 4 models.
     perm = stats.permutation_test(
         (xs,),
-        lambda px, axis=-1: _spearman_rho(px, np.broadcast_to(ys, px.shape), axis=axis),
+        lambda px, axis=-1: spearman_rho(px, np.broadcast_to(ys, px.shape), axis=axis),
         permutation_type="pairings",
         vectorized=True,
         n_resamples=n_resamples,
@@ -190,7 +222,7 @@ def model_correlation(
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         boot = stats.bootstrap(
             (xs, ys),
-            _spearman_rho,
+            spearman_rho,
             paired=True,
             vectorized=True,
             method="percentile",

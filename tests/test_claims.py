@@ -1,0 +1,143 @@
+"""The claims' rules (s3.report.claims, smoothness, accuracy): Holm, the bootstrap p, the laps both complete,
+claim 3's inversions and its within-family permutation, the sensitivity rows, and the docs' rules = the code's."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from s3.evaluate.intervals import difference_bootstrap
+from s3.report.accuracy import Model, accuracy, inversions, within_family_correlation
+from s3.report.claims import DEVELOPED_ON, RULES, claims
+from s3.report.smoothness import common_laps
+from s3.report.stats import holm, p_verdict, spearman_rho
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_docs_state_the_codes_rules_word_for_word() -> None:
+    doc = " ".join((ROOT / "docs" / "statistics.md").read_text().split())
+    for claim, rule in RULES.items():
+        assert f"**{claim}**: {' '.join(rule.split())}." in doc, claim
+
+
+def test_holm_known_values() -> None:
+    # sorted 0.01, 0.02, 0.04 with m = 3: 0.03, 0.04, 0.04 (monotone); None stays out of m
+    assert holm([0.04, None, 0.01, 0.02]) == pytest.approx([0.04, None, 0.03, 0.04], nan_ok=True)
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert holm([]) == []
+
+
+def test_p_verdict_reads_the_side_and_the_level() -> None:
+    assert p_verdict(0.01, -0.3, -1) == "holds" and p_verdict(0.01, 0.3, -1) == "does not hold"
+    assert p_verdict(0.05, -0.3, -1) == "cannot tell" and p_verdict(None, -0.3, -1) == "cannot tell"
+    with pytest.raises(ValueError, match="direction"):
+        p_verdict(0.01, 1.0, 0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.05, 0.3, -0.3])
+def test_the_bootstrap_p_agrees_with_the_interval(shift: float) -> None:
+    rng = np.random.default_rng(1)
+    a = [list(rng.normal(shift, 0.2, 8)) for _ in range(4)]
+    b = [list(rng.normal(0.0, 0.2, 8)) for _ in range(4)]
+    iv = difference_bootstrap(a, b)
+    assert iv.p_value is not None and 0.0 <= iv.p_value <= 1.0
+    assert (iv.p_value < 0.05) == (iv.low > 0 or iv.high < 0)  # type: ignore[operator]
+
+
+def _run(seed: int, track: str, start: int, done: bool, rate: float, cond: str = "nominal") -> dict[str, Any]:
+    return {
+        "seed": seed,
+        "track": track,
+        "condition": cond,
+        "start_index": start,
+        "completed": done,
+        "completion_fraction": 1.0 if done else 0.4,
+        "mean_abs_steering_rate": rate,
+    }
+
+
+def test_smoothness_counts_only_the_laps_both_complete() -> None:
+    a = [_run(0, "street", 0, True, 0.1), _run(0, "street", 1, True, 0.1), _run(1, "street", 1, False, 9.0)]
+    b = [_run(0, "street", 0, False, 5.0), _run(1, "street", 0, True, 0.3), _run(0, "street", 1, False, 5.0)]
+    ca, cb = common_laps(a, b)  # start 0 is completed by both sides (by different seeds); start 1 by a only
+    assert [(r["seed"], r["start_index"]) for r in ca] == [(0, 0)] and [(r["seed"], r["start_index"]) for r in cb] == [
+        (1, 0)
+    ]
+
+
+def _model(family: str, ade: float, share: float, seeds: int = 3) -> Model:
+    return Model(family, ade, [[share + 0.01 * s, share - 0.01 * s + 0.02] for s in range(seeds)], None)
+
+
+def test_an_inverted_pair_decides_claim_3() -> None:
+    """The most accurate model trains the worst policies: that pair is inverted; the rest keep accuracy's order."""
+    ms = {"a": _model("f", 0.1, 0.2), "b": _model("f", 0.2, 0.9), "c": _model("f", 0.3, 0.6)}
+    pairs = {(p["more_accurate"], p["less_accurate"]): p for p in inversions(ms)}
+    assert pairs[("a", "b")]["order"] == "inverted" and pairs[("a", "b")]["interval"].estimate == pytest.approx(-0.7)
+    assert pairs[("b", "c")]["order"] == "kept" and pairs[("a", "c")]["order"] == "inverted"
+    assert all(p["p_adjusted"] >= p["interval"].p_value for p in pairs.values())  # Holm never lowers a p
+
+
+def _eval(share_of_seed: dict[int, float], track: str = "street") -> dict[str, Any]:
+    runs = [
+        {**_run(seed, track, i, share >= 1.0, 0.1, cond), "completion_fraction": min(share, 1.0)}
+        for seed, share in share_of_seed.items()
+        for i in range(2)
+        for cond in ("nominal", "ice")
+    ]
+    return {"runs": runs}
+
+
+def test_claim_3_rows_from_records() -> None:
+    rows = {f: {"prediction": {"ade_2s_all": ade}} for f, ade in (("x", 0.1), ("y", 0.2), ("z", 0.3))}
+    evals = {"x": _eval({0: 0.5, 1: 0.52, 2: 0.54}), "y": _eval({0: 0.9, 1: 0.92}), "z": _eval({0: 0.2, 1: 0.22})}
+    primary, association = accuracy(rows, evals, ["x", "y", "z"], {})
+    assert primary["verdict"] == "holds" and primary["k"] == 2  # x is more accurate than y and drives worse
+    assert primary["effect"] == pytest.approx(0.52 - 0.91) and "x minus y" in primary["detail"]["effect_is"]
+    assert association["role"] == "secondary" and association["effect"] == pytest.approx(-0.5)
+    assert association["verdict"] == "cannot tell"  # 3 models: the exact p is at best 2/6
+    alone = accuracy(rows, {"x": evals["x"]}, ["x", "y", "z"], {})[0]
+    assert alone["verdict"] == "not run"
+
+
+def test_within_family_permutation_is_exact_and_ignores_between_family_differences() -> None:
+    """Two families of three models, each in perfect order (rho -1): 2 of the 36 joint orderings are as extreme."""
+    ms = {
+        **{f"p{i}": _model("p", ade, q) for i, (ade, q) in enumerate([(0.1, 0.9), (0.2, 0.8), (0.3, 0.7)])},
+        **{f"q{i}": _model("q", ade, q) for i, (ade, q) in enumerate([(1.1, 0.3), (1.2, 0.2), (1.3, 0.1)])},
+    }
+    res = within_family_correlation(ms)
+    assert res["rho"] == pytest.approx(-1.0) and res["exact"] and res["orderings"] == 36
+    assert res["p_value"] == pytest.approx(2 / 36)
+    # the same count by brute force over both families' orderings
+    stats = [
+        np.mean([spearman_rho(np.arange(3.0), np.array(o1, float)), spearman_rho(np.arange(3.0), np.array(o2, float))])
+        for o1, o2 in itertools.product(itertools.permutations(range(3)), repeat=2)
+    ]
+    assert np.mean(np.abs(stats) >= 1 - 1e-9) == pytest.approx(2 / 36)
+
+
+def test_sensitivity_rows_leave_the_development_circuit_out() -> None:
+    """On the road course ddm steers more smoothly than the transformer, elsewhere they are equal: the primary
+    holds, its sensitivity row (without road_course) cannot tell."""
+
+    def ev(rate_road: float) -> dict[str, Any]:
+        runs = []
+        for seed in range(3):
+            for track, rate in ((DEVELOPED_ON, rate_road + 0.01 * seed), ("street", 0.5 + 0.01 * seed)):
+                runs += [_run(seed, track, i, True, rate + 0.001 * i, c) for i in range(2) for c in ("nominal", "ice")]
+        return {"runs": runs}
+
+    evals = {"ddm": ev(0.1), "dytr": ev(0.5), "transformer": ev(0.5)}
+    rows = claims(evals, {}, ["ddm", "dytr", "transformer"], {}, None)
+    by = {(c["role"], c["statement"]): c for c in rows}
+    head = "ddm vs transformer, nominal: mean_abs_steering_rate lower"
+    assert by[("primary", head)]["verdict"] == "holds"
+    sens = by[("sensitivity", f"{head} [without {DEVELOPED_ON}]")]
+    assert sens["verdict"] == "cannot tell" and sens["effect"] == pytest.approx(0.0)
+    assert sens["n"] == "3 vs 3 seeds, 6 vs 6 common laps"

@@ -197,7 +197,7 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(dataset: tuple[Path, pd.
     whole dataset's collection time."""
     _, ref = dataset
     out = tmp_path / "rollouts"
-    record = tmp_path / "metrics" / "collect.json"
+    record = tmp_path / "records" / "collect.json"  # the run record (metrics/collect.json is its headline twin)
     sets = [
         a
         for o in [*TINY, "collect.workers=1", f"collect.out_dir={out}", f"collect.plot_dir={tmp_path}/plots"]

@@ -1,4 +1,4 @@
-"""The `s3` tools beside the pipeline's stages: regress, probe, holdout, bench, track, beamng, study.
+"""The `s3` tools beside the pipeline's stages: regress, probe, holdout, dagger, bench, track, beamng, study.
 
 Like the stage commands (s3.cli): parse, load params, call one function, print what it returned.
 """
@@ -112,6 +112,36 @@ def holdout(
         print(json.dumps(result))
         return
     table_console().print(holdout_table(result))
+
+
+@app.command()
+def dagger(
+    policy: Annotated[str, typer.Option(help="the policy that drives (policies/<name>/, its exported seed)")],
+    round_: Annotated[int, typer.Option("--round", min=1, help="the round (1, 2, ...): its episode ids")] = 1,
+    episodes: Annotated[int, typer.Option(min=1, max=100_000, help="collection episodes the policy drives")] = 200,
+    ice: Annotated[float, typer.Option(min=0.0, max=1.0, help="share of the episodes on their icy track")] = 1.0,
+    noise: Annotated[float, typer.Option(min=0.0, max=1.0, help="std of Gaussian noise on its commands")] = 0.0,
+    out: Annotated[Path | None, typer.Option(help="the round's dataset (default data/dagger/round<k>)")] = None,
+    params: ParamsPath = Path("params.yaml"),
+    set_: Overrides = None,
+) -> None:
+    """A DAgger-style round: the policy drives collection episodes in the source; its rows, for re-distillation.
+
+    Distill them beside the collected data with `--set distill.extra_rollouts=[data/dagger/round1]`
+    (s3.dagger.round; the manifest says which policy drove)."""
+    from s3.dagger.round import collect_round
+
+    p = load(params, set_)
+    folder = out or Path("data/dagger") / f"round{round_}"
+    with one_line_errors():
+        path = collect_round(p, POLICIES_DIR / policy, folder, round_, episodes, ice, noise)
+    manifest = json.loads(path.read_text())
+    who = manifest["provenance"]
+    console.print(
+        f"{path}: {manifest['rows']} rows, {manifest['episodes']} episodes ({manifest['episodes_dropped']} dropped), "
+        f"driven by {who['policy']} seed {who['seed']} (weights {who['weights_sha256'][:12]})",
+        highlight=False,
+    )
 
 
 @bench_app.command("env")

@@ -79,6 +79,9 @@ class ExplorationDriver:
         i = int((s % self.track.length) / self._ds) % len(self._v_profile)
         return float(self._v_profile[i])
 
+    def start(self, track: Track, state: VehicleState) -> None:
+        """Nothing to do: the episode's plan (line, speed profile, noise) was drawn in __init__."""
+
     def _line_offset(self, s: float) -> float:
         k, phase, amp = self._line
         half = 0.5 * float(sum(w[0] for w in self.track.width_at(np.array([s]))))

@@ -2,7 +2,7 @@
 
     episode_plan(params, episode) -> (rng, track_id): rng from SeedSequence([params.seed, episode])
     track_for(track_id, tracks_json) -> the collection track ("proc<seed>", or "proc<seed>-ice" with its patches)
-    run_episode(sim, params, episode) -> (rows, "") or (None, why the episode was dropped)
+    run_episode(sim, params, episode, driver_for=exploration_driver) -> (rows, "") or (None, why it was dropped)
     drive_episode(params, episode) -> run_episode on this process's simulator (s3.sim.factory.worker_sim)
 
 Rows follow s3.data.schema.COLUMNS, one per control step (sim.control_dt), at most
@@ -15,7 +15,9 @@ retried on a fresh simulator). The same (params, episode) gives the same rows on
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -76,12 +78,32 @@ def _row(ep: int, step: int, st: VehicleState, track_id: str, cmd: Control, s: f
     ]
 
 
-def run_episode(sim: SourceSim, params: Params, episode: int) -> tuple[pd.DataFrame | None, str]:
-    """Drive one episode; return its rows, or None and the reason it was dropped."""
+class EpisodeDriver(Protocol):
+    """Who drives an episode: the exploration driver, or (s3.dagger) a trained policy."""
+
+    def target_speed(self, s: float) -> float: ...  # the speed it plans at arc length s (caps the start speed)
+
+    def start(self, track: Track, state: VehicleState) -> None: ...  # the car was just placed
+
+    def act(self, state: VehicleState, s: float) -> Control: ...
+
+
+DriverFor = Callable[[Track, SourceSim, Params, np.random.Generator], EpisodeDriver]
+
+
+def exploration_driver(track: Track, sim: SourceSim, params: Params, rng: np.random.Generator) -> EpisodeDriver:
+    """The collection's driver (s3.data.driver), drawn from the episode's own random stream."""
+    return ExplorationDriver(track, params.collect.driver, sim.wheelbase, sim.max_steer, sim.control_dt, rng)
+
+
+def run_episode(
+    sim: SourceSim, params: Params, episode: int, driver_for: DriverFor = exploration_driver
+) -> tuple[pd.DataFrame | None, str]:
+    """Drive one episode with `driver_for`'s driver; return its rows, or None and the reason it was dropped."""
     c = params.collect
     rng, track_id = episode_plan(params, episode)
     track = track_for(track_id, c.tracks.model_dump_json())
-    driver = ExplorationDriver(track, c.driver, sim.wheelbase, sim.max_steer, sim.control_dt, rng)
+    driver = driver_for(track, sim, params, rng)
 
     s0 = rng.uniform(0.0, track.length)
     half = 0.5 * float(sum(w[0] for w in track.width_at(np.array([s0]))))
@@ -90,6 +112,7 @@ def run_episode(sim: SourceSim, params: Params, episode: int) -> tuple[pd.DataFr
     rows: list[list] = []
     try:
         state = sim.reset(track, x0, y0, h0 + rng.normal(0.0, 0.05), speed0)
+        driver.start(track, state)
         for step in range(c.episode_steps):
             if not state.is_finite() or math.hypot(state.vx, state.vy) > MAX_SPEED:
                 return None, "non-finite or exploded state"

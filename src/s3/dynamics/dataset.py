@@ -85,6 +85,26 @@ class RolloutArrays:
         dt = read_manifest(Path(folder)).get("control_dt")
         return cls.from_frame(df, float(dt) if dt else None)
 
+    @classmethod
+    def from_dirs(cls, folders: list[str | Path]) -> RolloutArrays:
+        """Several rollout folders as one dataset: the same control period, no episode id in two of them."""
+        from s3.data.rollouts import load_rollouts, read_manifest
+
+        frames, dts, seen = [], set(), {}
+        for folder in folders:
+            df = load_rollouts(folder)
+            ids = set(np.unique(df["episode"].to_numpy(np.int64)).tolist())
+            for other, its in seen.items():
+                if ids & its:
+                    raise DatasetError(f"{folder} and {other} share episode ids (e.g. {min(ids & its)})")
+            seen[str(folder)] = ids
+            dts.add(read_manifest(Path(folder)).get("control_dt"))
+            frames.append(df)
+        if len(dts) != 1:
+            raise DatasetError(f"rollout folders {[str(f) for f in folders]} differ in control period: {sorted(map(str, dts))}")
+        dt = dts.pop()
+        return cls.from_frame(pd.concat(frames, ignore_index=True), float(dt) if dt else None)
+
     def __len__(self) -> int:
         return len(self.episode)
 
@@ -228,6 +248,8 @@ class RolloutDataModule(L.LightningDataModule):
             data = src
         elif isinstance(src, pd.DataFrame):
             data = RolloutArrays.from_frame(src)
+        elif p.extra_rollouts:
+            data = RolloutArrays.from_dirs([src, *p.extra_rollouts])
         else:
             data = RolloutArrays.from_dir(src)
         self.split = split_episodes(data.episode, p.val_fraction, p.test_fraction, p.seed)

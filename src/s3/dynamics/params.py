@@ -69,6 +69,11 @@ class DistillParams(_Section):
     history: int = Field(10, ge=1, le=200, description="K: history length in control steps")
     horizon: int = Field(20, ge=1, le=500, description="H: training rollout length in control steps")
     use_friction_label: bool = Field(True, description="feed the surface label mu_mean to the models")
+    extra_rollouts: list[str] = Field(
+        default_factory=list,
+        description="rollout folders read beside the collected data (DAgger rounds, s3.dagger.round: rows where a "
+        "policy drove); their episodes join the same train/val/test split. [] = the collected data alone",
+    )
     val_fraction: float = Field(0.1, gt=0.0, lt=0.5, description="share of episodes for validation")
     test_fraction: float = Field(0.1, gt=0.0, lt=0.5, description="share of episodes held out for metrics")
     batch_size: int = Field(256, ge=1, le=65536)

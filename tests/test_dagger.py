@@ -1,0 +1,77 @@
+"""A DAgger-style round (s3.dagger.round): a policy drives collection episodes in the source; its rows say who drove,
+and distillation reads them beside other rollouts (distill.extra_rollouts)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_regress_teeth import SEEDS, follower_policy
+
+from s3.config import load_params
+from s3.dagger.round import ROUND_OFFSET, collect_round
+from s3.data.rollouts import load_rollouts, read_manifest
+from s3.dynamics.dataset import DatasetError, RolloutArrays, RolloutDataModule
+from s3.dynamics.params import DistillParams
+
+ROOT = Path(__file__).resolve().parents[1]
+EPISODES = 3
+
+
+@pytest.fixture(scope="module")
+def rounds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """The follower policy, and two rounds it drove: one as it drives, one with noise on its commands."""
+    tmp = tmp_path_factory.mktemp("dagger")
+    policy = tmp / "policies" / "follower"
+    follower_policy(policy)
+    params = load_params(ROOT / "params_quick.yaml")
+    one = collect_round(params, policy, tmp / "round1", 1, EPISODES, ice_fraction=1.0).parent
+    two = collect_round(params, policy, tmp / "round2", 2, EPISODES, ice_fraction=0.0, noise=0.3).parent
+    return policy, one, two
+
+
+def test_a_round_says_which_policy_drove(rounds: tuple[Path, Path, Path]) -> None:
+    policy, one, _ = rounds
+    who = read_manifest(one)["provenance"]
+    assert who["driver"] == "policy" and who["policy"] == "follower" and who["round"] == 1
+    assert who["seed"] == SEEDS[0] and who["action_noise"] == 0.0
+    assert who["weights_sha256"] == hashlib.sha256((policy / "policy.safetensors").read_bytes()).hexdigest()
+
+
+def test_a_round_adds_rows_of_its_own_episodes_on_ice(rounds: tuple[Path, Path, Path]) -> None:
+    _, one, _ = rounds
+    rows = load_rollouts(one)
+    manifest = read_manifest(one)
+    assert len(rows) == manifest["rows"] > EPISODES * 10 and manifest["episodes"] + manifest["episodes_dropped"] == 3
+    assert set(rows["episode"]) <= set(range(ROUND_OFFSET, ROUND_OFFSET + EPISODES))  # never a base episode id
+    assert rows["track_id"].str.endswith("-ice").all()  # ice_fraction 1.0
+    assert np.isfinite(rows[["x", "y", "vx", "steering_cmd"]].to_numpy()).all()
+    # the policy drives: a centreline follower stays on the road and turns its wheel both ways
+    assert rows["steering_cmd"].min() < 0 < rows["steering_cmd"].max()
+
+
+def test_noise_and_rounds_change_the_rows(rounds: tuple[Path, Path, Path]) -> None:
+    _, one, two = rounds
+    a, b = load_rollouts(one), load_rollouts(two)
+    assert (~b["track_id"].str.endswith("-ice")).all()  # ice_fraction 0.0
+    assert set(b["episode"]) <= set(range(2 * ROUND_OFFSET, 2 * ROUND_OFFSET + EPISODES))
+    assert b["throttle_cmd"].std() > a["throttle_cmd"].std()  # noise of std 0.3 on its pedals
+
+
+def test_the_same_round_gives_the_same_rows(rounds: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    policy, one, _ = rounds
+    again = collect_round(load_params(ROOT / "params_quick.yaml"), policy, tmp_path / "again", 1, EPISODES, 1.0)
+    assert read_manifest(again.parent)["shards"][0]["sha256"] == read_manifest(one)["shards"][0]["sha256"]
+
+
+def test_distillation_reads_rounds_beside_the_data(rounds: tuple[Path, Path, Path]) -> None:
+    _, one, two = rounds
+    both = RolloutArrays.from_dirs([one, two])
+    assert len(both) == read_manifest(one)["rows"] + read_manifest(two)["rows"]
+    dm = RolloutDataModule(one, DistillParams(extra_rollouts=[str(two)], history=2, horizon=2, val_windows=8))
+    dm.setup()  # the rounds' episodes share one train/val/test split
+    assert set(np.concatenate(list(dm.split.values())).tolist()) == set(np.unique(both.episode).tolist())
+    with pytest.raises(DatasetError, match="share episode ids"):
+        RolloutArrays.from_dirs([one, one])

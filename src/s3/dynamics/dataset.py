@@ -101,7 +101,8 @@ class RolloutArrays:
             dts.add(read_manifest(Path(folder)).get("control_dt"))
             frames.append(df)
         if len(dts) != 1:
-            raise DatasetError(f"rollout folders {[str(f) for f in folders]} differ in control period: {sorted(map(str, dts))}")
+            names = [str(f) for f in folders]
+            raise DatasetError(f"rollout folders {names} differ in control period: {sorted(map(str, dts))}")
         dt = dts.pop()
         return cls.from_frame(pd.concat(frames, ignore_index=True), float(dt) if dt else None)
 

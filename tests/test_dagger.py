@@ -75,3 +75,17 @@ def test_distillation_reads_rounds_beside_the_data(rounds: tuple[Path, Path, Pat
     assert set(np.concatenate(list(dm.split.values())).tolist()) == set(np.unique(both.episode).tolist())
     with pytest.raises(DatasetError, match="share episode ids"):
         RolloutArrays.from_dirs([one, one])
+
+
+def test_a_models_error_on_the_rows_the_policy_drove(rounds: tuple[Path, Path, Path], bicycle, tmp_path: Path) -> None:
+    """s3.dagger.error: the same open-loop measure as distillation's, over every episode of a round."""
+    from s3.dagger.error import model_error
+    from s3.dynamics.checkpoint import save_checkpoint
+
+    _, one, _ = rounds
+    save_checkpoint(bicycle, tmp_path / "bicycle")
+    err = model_error(tmp_path / "bicycle", one, horizon_s=2.0, stride=1)
+    assert err["windows"] > 0 and 0.0 < err["ade_1s"] < err["ade_2s"] < 50.0  # the error grows with the horizon
+    assert "ade_3s" not in err  # beyond the horizon asked for
+    with pytest.raises(ValueError, match="no window"):
+        model_error(tmp_path / "bicycle", one, horizon_s=30.0)

@@ -122,14 +122,20 @@ def dagger(
     ice: Annotated[float, typer.Option(min=0.0, max=1.0, help="share of the episodes on their icy track")] = 1.0,
     noise: Annotated[float, typer.Option(min=0.0, max=1.0, help="std of Gaussian noise on its commands")] = 0.0,
     out: Annotated[Path | None, typer.Option(help="the round's dataset (default data/dagger/round<k>)")] = None,
+    model: Annotated[
+        Path | None, typer.Option(help="also measure this distilled model's error on the round's rows")
+    ] = None,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
 ) -> None:
     """A DAgger-style round: the policy drives collection episodes in the source; its rows, for re-distillation.
 
     Distill them beside the collected data with `--set distill.extra_rollouts=[data/dagger/round1]`
-    (s3.dagger.round; the manifest says which policy drove)."""
+    (s3.dagger.round; the manifest says which policy drove). `--model models/ddm` also writes that model's
+    open-loop error on the round's rows to <out>/model_error.json (s3.dagger.error)."""
+    from s3.dagger.error import model_error
     from s3.dagger.round import collect_round
+    from s3.io import write_json_atomic
 
     p = load(params, set_)
     folder = out or Path("data/dagger") / f"round{round_}"
@@ -142,6 +148,15 @@ def dagger(
         f"driven by {who['policy']} seed {who['seed']} (weights {who['weights_sha256'][:12]})",
         highlight=False,
     )
+    if model is not None:
+        with one_line_errors():
+            err = model_error(model, folder)
+        write_json_atomic(folder / "model_error.json", err)
+        console.print(
+            f"{model} on the round's rows: ADE 1 s {err['ade_1s']:.3f} m, 2 s {err.get('ade_2s', float('nan')):.3f} m "
+            f"({err['windows']} windows) -> {folder / 'model_error.json'}",
+            highlight=False,
+        )
 
 
 @bench_app.command("env")

@@ -52,12 +52,20 @@ def test_a_round_adds_rows_of_its_own_episodes_on_ice(rounds: tuple[Path, Path, 
     assert rows["steering_cmd"].min() < 0 < rows["steering_cmd"].max()
 
 
-def test_noise_and_rounds_change_the_rows(rounds: tuple[Path, Path, Path]) -> None:
-    _, one, two = rounds
-    a, b = load_rollouts(one), load_rollouts(two)
+def test_rounds_and_noise_change_the_rows(rounds: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    policy, one, two = rounds
+    b = load_rollouts(two)
     assert (~b["track_id"].str.endswith("-ice")).all()  # ice_fraction 0.0
     assert set(b["episode"]) <= set(range(2 * ROUND_OFFSET, 2 * ROUND_OFFSET + EPISODES))
-    assert b["throttle_cmd"].std() > a["throttle_cmd"].std()  # noise of std 0.3 on its pedals
+    # round 1 again with noise: the same episodes, starts and tracks; only the commands differ
+    params = load_params(ROOT / "params_quick.yaml")
+    noisy = load_rollouts(collect_round(params, policy, tmp_path / "noisy", 1, EPISODES, 1.0, noise=0.3).parent)
+    a = load_rollouts(one)
+    first = lambda df: df[df["step"] == 0].sort_values("episode")
+    assert first(a)[["episode", "track_id", "x", "y", "vx"]].equals(
+        first(noisy)[["episode", "track_id", "x", "y", "vx"]]
+    )
+    assert (first(a)["throttle_cmd"].to_numpy() != first(noisy)["throttle_cmd"].to_numpy()).any()
 
 
 def test_the_same_round_gives_the_same_rows(rounds: tuple[Path, Path, Path], tmp_path: Path) -> None:
@@ -67,12 +75,19 @@ def test_the_same_round_gives_the_same_rows(rounds: tuple[Path, Path, Path], tmp
 
 
 def test_distillation_reads_rounds_beside_the_data(rounds: tuple[Path, Path, Path]) -> None:
+    """The extra folder's episodes all train; the first folder's split is exactly the split without them."""
     _, one, two = rounds
     both = RolloutArrays.from_dirs([one, two])
     assert len(both) == read_manifest(one)["rows"] + read_manifest(two)["rows"]
-    dm = RolloutDataModule(one, DistillParams(extra_rollouts=[str(two)], history=2, horizon=2, val_windows=8))
-    dm.setup()  # the rounds' episodes share one train/val/test split
-    assert set(np.concatenate(list(dm.split.values())).tolist()) == set(np.unique(both.episode).tolist())
+    p = DistillParams(history=2, horizon=2, val_windows=8, val_fraction=0.34, test_fraction=0.34)
+    alone = RolloutDataModule(one, p)
+    alone.setup()
+    dm = RolloutDataModule(one, p.model_copy(update={"extra_rollouts": [str(two)]}))
+    dm.setup()
+    extra = set(np.unique(load_rollouts(two)["episode"]).tolist())
+    assert set(dm.split["train"].tolist()) == set(alone.split["train"].tolist()) | extra
+    assert dm.split["test"].tolist() == alone.split["test"].tolist()
+    assert dm.split["val"].tolist() == alone.split["val"].tolist()
     with pytest.raises(DatasetError, match="share episode ids"):
         RolloutArrays.from_dirs([one, one])
 

@@ -540,10 +540,10 @@ def test_direct_budget_rule_and_the_claims_verdicts(ws: Path) -> None:
     assert rep["efficiency"]["direct_budget_rule"] is None and "not checked" in "\n".join(cost_lines(rep))
     primary = {c["claim"][0]: c for c in rep["claims"] if c["role"] == "primary" and not c["claim"].startswith("2")}
     three = primary["3"]
-    assert three["verdict"] == "cannot tell" and three["k"] == 3  # no inversion, two pairs undecided
-    orders = {(p["more_accurate"], p["less_accurate"]): p["order"] for p in three["detail"]["pairs"]}
-    assert orders[("ddm", "bicycle")] == orders[("ddm", "transformer")] == "kept"
-    assert orders[("dytr", "transformer")] is None and "inverted" not in orders.values()
+    assert three["verdict"] == "cannot tell" and three["k"] == 3
+    # the fixture's three seeds of a family are identical: no spread between seeds, so no pair can be tested
+    assert [p["order"] for p in three["detail"]["pairs"]] == [None] * 6
+    assert all(p["p_value"] is None and p["effect"] > 0 for p in three["detail"]["pairs"])  # accuracy's order
     association = next(c for c in rep["claims"] if c["claim"].startswith("3") and c["role"] == "secondary")
     assert association["effect"] == pytest.approx(-1.0) and association["detail"]["p_value"] == pytest.approx(2 / 24)
     assert association["verdict"] == "cannot tell"
@@ -553,7 +553,8 @@ def test_direct_budget_rule_and_the_claims_verdicts(ws: Path) -> None:
     assert len(two) == 4 * 6 and len(smooth) == 4 * 5
     assert all(c["verdict"] == "cannot tell" and c["effect"] == 0.0 for c in smooth)  # identical smoothness
     done = next(c for c in two if c["statement"] == "ddm vs transformer, nominal: completion_rate higher")
-    assert done["effect"] == pytest.approx(0.5) and done["verdict"] == "holds"  # failures counted apart: 12/12 vs 6/12
+    assert done["effect"] == pytest.approx(0.5)  # failures counted apart: 12/12 vs 6/12 laps
+    assert done["verdict"] == "cannot tell" and done["p_value"] is None  # three identical seeds a side: no Welch test
 
 
 def test_the_seeds_a_policy_would_need() -> None:

@@ -105,6 +105,7 @@ def collect_round(
     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "model_error.json").unlink(missing_ok=True)  # measured on an earlier round's rows (s3 dagger --model)
     factory = PolicyFactory(policy_dir)
     who = provenance(policy_dir, round_index, noise)
     sim: SourceSim = worker_sim(params.sim)

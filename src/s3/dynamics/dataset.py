@@ -41,6 +41,7 @@ class RolloutArrays:
     seg_start: np.ndarray  # [R] first row of the row's contiguous segment
     seg_end: np.ndarray  # [R] last row of the row's contiguous segment
     dt: float
+    extra: np.ndarray | None = None  # episode ids read from extra folders (from_dirs): training rows only
 
     @classmethod
     def from_frame(cls, df: pd.DataFrame, dt: float | None = None) -> RolloutArrays:
@@ -87,7 +88,8 @@ class RolloutArrays:
 
     @classmethod
     def from_dirs(cls, folders: list[str | Path]) -> RolloutArrays:
-        """Several rollout folders as one dataset: the same control period, no episode id in two of them."""
+        """Several rollout folders as one dataset: the same control period, no episode id in two of them; the
+        episodes of all but the first are `extra` (RolloutDataModule puts them in the training split)."""
         from s3.data.rollouts import load_rollouts, read_manifest
 
         frames, dts, seen = [], set(), {}
@@ -104,7 +106,9 @@ class RolloutArrays:
             names = [str(f) for f in folders]
             raise DatasetError(f"rollout folders {names} differ in control period: {sorted(map(str, dts))}")
         dt = dts.pop()
-        return cls.from_frame(pd.concat(frames, ignore_index=True), float(dt) if dt else None)
+        out = cls.from_frame(pd.concat(frames, ignore_index=True), float(dt) if dt else None)
+        out.extra = np.array(sorted(set().union(*list(seen.values())[1:])), dtype=np.int64)
+        return out
 
     def __len__(self) -> int:
         return len(self.episode)
@@ -253,7 +257,10 @@ class RolloutDataModule(L.LightningDataModule):
             data = RolloutArrays.from_dirs([src, *p.extra_rollouts])
         else:
             data = RolloutArrays.from_dir(src)
-        self.split = split_episodes(data.episode, p.val_fraction, p.test_fraction, p.seed)
+        base = data.episode if data.extra is None else data.episode[~np.isin(data.episode, data.extra)]
+        self.split = split_episodes(base, p.val_fraction, p.test_fraction, p.seed)  # as without the extra folders
+        if data.extra is not None:
+            self.split["train"] = np.concatenate([self.split["train"], data.extra])
         self.stats = compute_stats(data, data.rows_of(self.split["train"]))
         self.tensors = WindowTensors(data, p.history, p.horizon)
         self.train_index = data.windows(self.split["train"], p.history, p.horizon)

@@ -61,9 +61,7 @@ class Interval:
     least one finite value (for a difference, n_seeds_a + n_seeds_b, the two sides being in
     n_seeds_a / n_seeds_b; both None for a single condition). n_units: the runs with a finite value,
     over all those seeds (both sides for a difference). confidence: the two-sided level of
-    [low, high]. method: how the interval was made, in words (says so when it degraded). p_value (a
-    difference only): 2 x the smaller share of bootstrap draws on either side of 0 (at most 1), so that
-    p < 1 - confidence exactly when the percentile interval excludes 0; what Holm's correction reads.
+    [low, high]. method: how the interval was made, in words (says so when it degraded).
     """
 
     estimate: float | None
@@ -75,7 +73,6 @@ class Interval:
     method: str = ""
     n_seeds_a: int | None = None
     n_seeds_b: int | None = None
-    p_value: float | None = None  # a difference only: the bootstrap's two-sided p of "no difference"
 
     def to_json(self) -> dict[str, Any]:
         """{estimate, ci95: [low, high] or None, n_seeds, n_units, method}; a difference adds n_seeds_a,
@@ -90,8 +87,6 @@ class Interval:
         }
         if self.n_seeds_a is not None or self.n_seeds_b is not None:
             out["n_seeds_a"], out["n_seeds_b"] = self.n_seeds_a, self.n_seeds_b
-        if self.p_value is not None:
-            out["p_value"] = float(self.p_value)
         if self.confidence != CONFIDENCE:
             out["confidence"] = float(self.confidence)
         return out
@@ -244,15 +239,7 @@ def difference_bootstrap(
     if va is not None and vb is not None:
         d = va - vb
         return Interval(
-            d,
-            d,
-            d,
-            ka + kb,
-            n_units,
-            confidence,
-            "all values of A equal, and all of B: zero-width interval",
-            **sizes,
-            p_value=1.0 if d == 0 else 0.0,
+            d, d, d, ka + kb, n_units, confidence, "all values of A equal, and all of B: zero-width interval", **sizes
         )
     estimate = float(np.mean([x.mean() for x in a]) - np.mean([x.mean() for x in b]))
     rng = np.random.default_rng(seed)
@@ -264,5 +251,4 @@ def difference_bootstrap(
     )
     if min(ka, kb) == 1:
         method += "; a side with one seed has no seed-to-seed spread in it, so the interval understates the uncertainty"
-    p = min(1.0, 2.0 * min(float(np.mean(draws <= 0)), float(np.mean(draws >= 0))))
-    return Interval(estimate, low, high, ka + kb, n_units, confidence, method, **sizes, p_value=p)
+    return Interval(estimate, low, high, ka + kb, n_units, confidence, method, **sizes)

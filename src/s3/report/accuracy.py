@@ -12,11 +12,11 @@ as a point value: its own sampling error is not in the tests). Quality = lap sha
 source simulator on the evaluation suite, per training seed (the unit).
 
 - primary, inversions: for every pair of models whose ADE differs, the more accurate one's quality
-  minus the other's (difference of seed means, two-level bootstrap p), Holm-corrected over the pairs.
+  minus the other's (difference of seed means; Welch's p on the seed means), Holm-corrected over the pairs.
   holds = at least one pair in which the more accurate model trains decidedly worse policies (adjusted
   p < 0.05, effect < 0): accuracy does not order quality. does not hold = every pair decided the other
-  way (accuracy orders every pair, at this n). cannot tell otherwise. The effect is the most negative
-  pair's difference, with its interval.
+  way (accuracy orders every pair, at this n). cannot tell otherwise. The effect is the deciding pair's
+  difference (the most significant inversion; without one, the most negative difference), with its interval.
 - secondary, association: Spearman rho of (ADE, quality); rho < 0 = lower error, better policies (the
   report's one sign convention). With graded variants: within family, the mean of the per-family rho
   over the families with at least 3 models, p from permuting quality within each family (exact over
@@ -42,12 +42,12 @@ from s3.evaluate.suite import groups
 from s3.report.claim_row import PRIMARY, SECONDARY, claim_row, runs, seed_means
 from s3.report.inputs import get, num
 from s3.report.rows import CONDITIONS
-from s3.report.stats import holm, model_correlation, p_verdict, spearman_rho
+from s3.report.stats import holm, model_correlation, p_verdict, spearman_rho, welch_p
 
 CLAIM = "3 accuracy alone does not characterize"
 HEADLINE_ERROR = "ade_2s_all"
 N_ORDERINGS = 10_000
-PRIMARY_TEST = "every pair of models by ADE: difference of seed means of lap share, bootstrap p, Holm over the pairs"
+PRIMARY_TEST = "every pair of models by ADE: difference of seed means of lap share, Welch p, Holm over the pairs"
 
 
 @dataclass(frozen=True)
@@ -91,17 +91,21 @@ def models(
 
 
 def inversions(ms: Mapping[str, Model]) -> list[dict[str, Any]]:
-    """Per pair with different ADE: the more accurate model's quality minus the other's, with Holm's adjusted p."""
+    """Per pair with different ADE: the more accurate model's quality minus the other's (interval), Welch's p on the
+    seed means and Holm's adjusted p over the pairs (a pair without a p counts with p = 1); order: kept / inverted /
+    None (undecided)."""
     pairs = []
     for a, b in itertools.combinations(ms, 2):
         better, worse = (a, b) if ms[a].ade < ms[b].ade else (b, a)
         if ms[a].ade != ms[b].ade:
             pairs.append({"more_accurate": better, "less_accurate": worse})
-    ivs = [difference_bootstrap(ms[p["more_accurate"]].seeds, ms[p["less_accurate"]].seeds) for p in pairs]
-    for p, iv, adj in zip(pairs, ivs, holm([iv.p_value for iv in ivs]), strict=True):
-        few = min(iv.n_seeds_a or 0, iv.n_seeds_b or 0) < 2
-        decided = "cannot tell" if few else p_verdict(adj, iv.estimate, +1)
-        p |= {"interval": iv, "p_adjusted": adj, "order": {"holds": "kept", "does not hold": "inverted"}.get(decided)}
+    for p in pairs:
+        sa, sb = ms[p["more_accurate"]].seeds, ms[p["less_accurate"]].seeds
+        p |= {"interval": difference_bootstrap(sa, sb), "p_value": welch_p(seed_means(sa), seed_means(sb))}
+    adjusted = holm([1.0 if p["p_value"] is None else p["p_value"] for p in pairs])
+    for p, adj in zip(pairs, adjusted, strict=True):
+        decided = p_verdict(adj, p["interval"].estimate, +1)
+        p |= {"p_adjusted": adj, "order": {"holds": "kept", "does not hold": "inverted"}.get(decided)}
     return pairs
 
 
@@ -111,9 +115,11 @@ def within_family_correlation(ms: Mapping[str, Model], seed: int = 0) -> dict[st
     for m in ms.values():
         if m.quality is not None:
             fams.setdefault(m.family, []).append(m)
-    used = {f: v for f, v in fams.items() if len(v) >= 3}
+    used = {  # a family whose ADEs or qualities all tie has no rho: it says nothing about the association
+        f: v for f, v in fams.items() if len(v) >= 3 and len({m.ade for m in v}) > 1 and len({m.quality for m in v}) > 1
+    }
     if not used:
-        return {"rho": None, "p_value": None, "families": [], "reason": "no family has 3 models with both values"}
+        return {"rho": None, "p_value": None, "families": [], "reason": "no family has 3 models that vary on both"}
     xs = [np.array([m.ade for m in v]) for v in used.values()]
     ys = [np.array([m.quality for m in v], dtype=float) for v in used.values()]
     stat = float(np.mean([spearman_rho(x, y) for x, y in zip(xs, ys, strict=True)]))
@@ -125,7 +131,7 @@ def within_family_correlation(ms: Mapping[str, Model], seed: int = 0) -> dict[st
         rng = np.random.default_rng(seed)
         orders = ([rng.permutation(len(y)) for y in ys] for _ in range(N_ORDERINGS - 1))
     null = [np.mean([spearman_rho(x, y[list(o)]) for x, y, o in zip(xs, ys, order, strict=True)]) for order in orders]
-    null_abs = np.abs(np.nan_to_num(np.array(null, dtype=float)))
+    null_abs = np.abs(np.array(null, dtype=float))  # no NaN: every family used varies on both sides
     if exact:
         p = float(np.mean(null_abs >= abs(stat) - 1e-9))
     else:
@@ -153,29 +159,39 @@ def accuracy(
     n = f"{len(ms)} models ({sum(n not in families for n in ms)} graded-accuracy variants), K >= {k}"
     statement = "some more accurate model (lower ADE 2 s) trains decidedly worse policies (lap share)"
     detail = {"models": {n: {"ade_2s": m.ade, "quality": m.quality, "exploitation_gap": m.gap} for n, m in ms.items()}}
-    if len(ms) < 2:
-        out = [claim_row(CLAIM, statement, -1, None, n, detail, "not run", role=role, test=PRIMARY_TEST)]
+    pairs = inversions(ms) if len(ms) >= 2 else []
+    if not pairs:
+        why = "fewer than 2 models" if len(ms) < 2 else "every model has the same ADE: no pair to order"
+        status = "not run" if len(ms) < 2 else "cannot tell"
+        out = [claim_row(CLAIM, statement, -1, None, n, detail | {"reason": why}, status, role=role, test=PRIMARY_TEST)]
     else:
-        pairs = inversions(ms)
-        worst = min(pairs, key=lambda p: p["interval"].estimate if p["interval"].estimate is not None else math.inf)
         orders = [p["order"] for p in pairs]
         status = "holds" if "inverted" in orders else "does not hold" if all(o == "kept" for o in orders) else None
+        inverted = [p for p in pairs if p["order"] == "inverted"]
+        shown = (  # the pair that decides (the most significant inversion), else the most negative difference
+            min(inverted, key=lambda p: p["p_adjusted"])
+            if inverted
+            else min(pairs, key=lambda p: p["interval"].estimate if p["interval"].estimate is not None else math.inf)
+        )
         detail["pairs"] = [
             {**{k: v for k, v in p.items() if k != "interval"}, "effect": p["interval"].estimate} for p in pairs
         ]
-        label = f"{worst['more_accurate']} minus {worst['less_accurate']} (the most negative of {len(pairs)} pairs)"
+        which = "the most significant inversion" if inverted else "the most negative difference"
+        detail["effect_is"] = f"{shown['more_accurate']} minus {shown['less_accurate']} ({which} of {len(pairs)} pairs)"
+        detail["p_adjusted"] = shown["p_adjusted"]
         out = [
             claim_row(
                 CLAIM,
                 statement,
                 -1,
-                worst["interval"],
+                shown["interval"],
                 n,
-                detail | {"effect_is": label},
+                detail,
                 status or "cannot tell",
                 role=role,
                 test=PRIMARY_TEST,
                 k=k,
+                p_value=shown["p_value"],
             )
         ]
     if role != PRIMARY:
@@ -205,6 +221,7 @@ def accuracy(
             role=SECONDARY,
             test=how,
             k=k,
+            p_value=p,
         )
     )
     return out

@@ -20,7 +20,7 @@ from typing import Any
 from s3.evaluate.intervals import Interval
 from s3.evaluate.suite import groups
 from s3.report.inputs import get
-from s3.report.stats import holm, p_verdict, verdict
+from s3.report.stats import holm, p_verdict, verdict, welch_p
 
 PRIMARY, SECONDARY, SENSITIVITY = "primary", "secondary", "sensitivity"
 
@@ -67,15 +67,16 @@ def claim_row(
     k: int | None = None,
     unit: str = "",
     effect_text: str | None = None,
+    p_value: float | None = None,
 ) -> dict[str, Any]:
     """One claim row; the verdict is `status` when given (a rule applied by the caller), else the interval
     rule on the Interval (which knows its seeds) or on the (low, high) of `effect`. effect_text: how the
-    effect reads when a number would mislead (a bound: "at least 300 s")."""
+    effect reads when a number would mislead (a bound: "at least 300 s"). p_value: what Holm reads."""
     interval = effect if isinstance(effect, Interval) else None
     if interval is not None:
         if k is None and interval.n_seeds_a is not None:
             k = min(interval.n_seeds_a, interval.n_seeds_b or 0)
-        effect = {"estimate": interval.estimate, "low": interval.low, "high": interval.high, "p": interval.p_value}
+        effect = {"estimate": interval.estimate, "low": interval.low, "high": interval.high}
     low, high = (effect or {}).get("low"), (effect or {}).get("high")
     return {
         "claim": claim,
@@ -87,7 +88,7 @@ def claim_row(
         "effect_text": effect_text,
         "unit": unit,
         "ci95": None if low is None or high is None else [low, high],
-        "p_value": None if effect is None else effect.get("p"),
+        "p_value": p_value,  # the row's test's p (s3.report.stats.welch_p for two conditions' seeds), unadjusted
         "n": n,
         "k": k,
         "verdict": status or verdict(interval if interval is not None else (low, high), direction),
@@ -97,11 +98,17 @@ def claim_row(
 
 
 def judge_secondaries(rows: list[dict[str, Any]]) -> None:
-    """A claim's secondary rows judged together, in place: Holm's adjusted p (s3.report.stats.holm) over the rows
-    that ran decides each (p_verdict); a row with fewer than 2 seeds on a side cannot tell. `test` says m and p."""
+    """A claim's secondary rows judged together, in place: Holm's adjusted p (s3.report.stats.holm) over every row
+    that ran decides each (p_verdict); a row that ran without a p (no data, no spread) counts in m with p = 1, so m
+    never depends on the outcome; a row with fewer than 2 seeds on a side cannot tell. `test` says m and p."""
     ran = [r for r in rows if r["verdict"] != "not run"]
-    for r, adj in zip(ran, holm([r["p_value"] for r in ran]), strict=True):
+    for r, adj in zip(ran, holm([1.0 if r["p_value"] is None else r["p_value"] for r in ran]), strict=True):
         few = (r["k"] or 0) < 2
         r["verdict"] = "cannot tell" if few else p_verdict(adj, r["effect"], 1 if r["direction"] == "positive" else -1)
         r["p_adjusted"] = adj
         r["test"] += f"; Holm over {len(ran)} secondaries, adjusted p {'—' if adj is None else f'{adj:.3f}'}"
+
+
+def seeds_p(a: list[list[float]], b: list[list[float]]) -> float | None:
+    """Welch's p (s3.report.stats.welch_p) on the seed means of two conditions' per-run groups."""
+    return welch_p(seed_means(a), seed_means(b))

@@ -3,7 +3,7 @@
     claims(evals, rows, families, experiments, ttq) -> [claim row, ...]   (s3.report.claim_row: the row)
 
 Every rule was fixed before the study's run and is stated in docs/statistics.md ("The claims"), whose
-text tests/test_claims_rules.py checks against RULES here. Two-sided 95 %; a claim's verdict is its
+text tests/test_claims.py checks against RULES here. Two-sided 95 %; a claim's verdict is its
 primary row's (the interval rule of s3.report.stats.verdict unless the claim's rule says otherwise);
 secondary rows are Holm-corrected within their claim; a claim whose inputs were not run says "not run".
 Then every primary on the evaluation suite without the development circuit (DEVELOPED_ON): the
@@ -29,6 +29,7 @@ from s3.report.claim_row import (
     quality,
     runs,
     seed_means,
+    seeds_p,
     without_tracks,
 )
 from s3.report.inputs import get, num
@@ -78,8 +79,10 @@ def friction(ablation: Mapping[str, Mapping[str, Any]], role: str = PRIMARY) -> 
             return claim_row(FRICTION, statement, +1, None, "no ice runs", status="not run", role=row_role)
         n = f"{len(a)} vs {len(b)} seeds, {sum(map(len, a))} vs {sum(map(len, b))} ice runs"
         iv = difference_bootstrap(a, b)
-        plan = power_plan(seed_means(a), seed_means(b), iv.estimate)
-        return claim_row(FRICTION, statement, +1, iv, n, detail, power=plan, role=row_role, test=FRICTION_TEST)
+        plan, p = power_plan(seed_means(a), seed_means(b), iv.estimate), seeds_p(a, b)
+        return claim_row(
+            FRICTION, statement, +1, iv, n, detail, power=plan, role=row_role, test=FRICTION_TEST, p_value=p
+        )
 
     blind = ablation.get(DIVERSE)
     primary = row(

@@ -23,6 +23,7 @@ from rich.table import Table
 from s3.catalog import DIRECT
 from s3.report.cost import DASH, duration
 from s3.report.cost import interval_text as _interval
+from s3.report.render_claims import CLAIM_COLUMNS, claim_rows, claims_section
 from s3.report.render_levers import lever_section
 from s3.report.rows import CONDITIONS, CORRELATED, ERROR_METRICS
 
@@ -52,43 +53,6 @@ def _share(p: Mapping[str, Any], key: str) -> str:
     return _interval(
         p[key], p.get(key.replace("_rate", "") + "_ci95") if key == "lap_share" else p.get("completion_ci95"), 0, 100.0
     ) + (f" (n={p.get('seeds')}/{p.get('runs')})" if key == "completion_rate" else "")
-
-
-CLAIM_COLUMNS = (
-    "claim",
-    "role",
-    "statement",
-    "test",
-    "effect",
-    "95 % interval",
-    "n",
-    "detectable at 80 % power (seeds needed)",
-    "verdict",
-)
-
-
-def _power(p: Mapping[str, Any] | None) -> str:
-    """The smallest effect this K detects with 80 % power, and the seeds per side the observed effect needs."""
-    if not p:
-        return DASH
-    need = "" if p.get("seeds_needed") is None else f" ({p['seeds_needed']})"
-    return f"±{_f(p['detectable_effect'], 3)} at K = {p['k']}{need}"
-
-
-def claim_rows(report: Mapping[str, Any], roles: Iterable[str] | None = None) -> list[list[str]]:
-    """The paper's claims: role, test, effect, interval, n and verdict (s3.report.claims); `roles`: only those rows."""
-    out = []
-    for c in report.get("claims", []):
-        role = c.get("role", "primary")
-        if roles is not None and role not in roles:
-            continue
-        ci = c["ci95"]
-        band = DASH if not ci else f"[{_f(ci[0], 3)}, {_f(ci[1], 3)}]"
-        effect = c.get("effect_text") or _f(c["effect"], 3)
-        k = "" if c.get("k") is None else f" (K = {c['k']})"
-        row = [c["claim"], role, c["statement"], c.get("test") or DASH, effect, band, f"{c['n']}{k}"]
-        out.append([*row, _power(c.get("power")), c["verdict"]])
-    return out
 
 
 def _gap(g: Mapping[str, Any]) -> str:
@@ -315,11 +279,7 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
         _md_table(MAIN_COLUMNS, main_rows(report)),
         "Transfer gap: completion / lap time, source minus distilled environment.",
         *([note] if (note := truncated_note(report)) else []),
-        "## The paper's claims",
-        "Verdict rule, fixed before the results: two-sided 95 % intervals; *holds* when the interval of the effect "
-        "excludes zero in the claimed direction, *does not hold* when it excludes zero the other way, *cannot tell* "
-        "otherwise (at this n).",
-        _md_table(CLAIM_COLUMNS, claim_rows(report)),
+        *claims_section(report, _md_table),
         "## Does better prediction give a better policy?",
         "Spearman rho of (prediction error, policy quality), -1 = better prediction goes with a better policy:",
         "\n".join(f"- {line}" for line in correlation_lines(report)),

@@ -44,7 +44,7 @@ from rich.console import Console
 from s3 import headline
 from s3.catalog import DIRECT, FAMILIES, FAMILY, ORACLE_KIND
 from s3.io import json_safe, write_text_atomic
-from s3.report.claims import claims
+from s3.report.claims import RULES, claims
 from s3.report.cost import collect_cost, direct_cost, efficiency_block
 from s3.report.inputs import (
     BASELINES,
@@ -179,6 +179,7 @@ def build_report(
     )
     report = {
         "claims": claims(evals, rows, families, experiments, ttq),
+        "claim_rules": RULES,
         "experiments": {k: sorted(v) for k, v in experiments.items()},
         "levers": lever_rows(experiments.get(LEVER_SET, {}), evals),
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

@@ -24,7 +24,7 @@ from typing import Any
 from s3.catalog import BLACK_BOX, GROUNDED
 from s3.evaluate.intervals import difference_bootstrap
 from s3.evaluate.suite import groups
-from s3.report.claim_row import PRIMARY, SECONDARY, claim_row, judge_secondaries, runs, seed_means
+from s3.report.claim_row import PRIMARY, SECONDARY, claim_row, judge_secondaries, runs, seed_means, seeds_p
 from s3.report.rows import CONDITIONS
 from s3.report.stats import power_plan
 
@@ -38,7 +38,7 @@ SECONDARY_METRICS = (
 )
 COMPLETION = ("completion_rate", +1, "")  # over every run: the failures, counted apart
 TEST = "difference of seed means over the laps both complete, two-level bootstrap 95 % interval"
-HOLM_TEST = "difference of seed means, bootstrap p"
+HOLM_TEST = "difference of seed means, Welch p on the seed means"
 
 
 def common_laps(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -52,13 +52,13 @@ def common_laps(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> tuple[list[
     return keep[0], keep[1]
 
 
-def _compare(
-    a: list[dict[str, Any]], b: list[dict[str, Any]], metric: str, laps: str
-) -> tuple[Any, str, dict[str, Any] | None]:
+def _compare(a: list[dict[str, Any]], b: list[dict[str, Any]], metric: str, laps: str) -> dict[str, Any]:
+    """claim_row's arguments for metric A - B: the interval, n, the power plan and Welch's p on the seed means."""
     ga, gb = groups(a, metric), groups(b, metric)
     iv = difference_bootstrap(ga, gb)
     n = f"{len(seed_means(ga))} vs {len(seed_means(gb))} seeds, {sum(map(len, ga))} vs {sum(map(len, gb))} {laps}"
-    return iv, n, power_plan(seed_means(ga), seed_means(gb), iv.estimate)
+    plan = power_plan(seed_means(ga), seed_means(gb), iv.estimate)
+    return {"effect": iv, "n": n, "power": plan, "p_value": seeds_p(ga, gb)}
 
 
 def smoothness(evals: Mapping[str, Mapping[str, Any] | None], role: str = PRIMARY) -> list[dict[str, Any]]:
@@ -72,23 +72,23 @@ def smoothness(evals: Mapping[str, Mapping[str, Any] | None], role: str = PRIMAR
             out.append(claim_row(CLAIM, f"{head}: {metric} lower", direction, None, "—", status="not run", role=role))
             continue
         ca, cb = common_laps(ra, rb)
-        iv, n, plan = _compare(ca, cb, metric, "common laps")
-        why = None if ca and cb else {"reason": "no lap that both complete"}
+        why = None if ca and cb else {"reason": "no lap that both complete: no smoothness to compare"}
+        args = _compare(ca, cb, metric, "common laps")
         out.append(
-            claim_row(
-                CLAIM, f"{head}: {metric} lower", direction, iv, n, why, power=plan, role=role, test=TEST, unit=unit
-            )
+            claim_row(CLAIM, f"{head}: {metric} lower", direction, detail=why, role=role, test=TEST, unit=unit, **args)
         )
         if role != PRIMARY:
             continue
         rows = []
         for metric, direction, unit in (*SECONDARY_METRICS, COMPLETION):
             sides = (ra, rb) if metric == COMPLETION[0] else (ca, cb)
-            iv, n, plan = _compare(*sides, metric, "runs" if metric == COMPLETION[0] else "common laps")
+            args = _compare(*sides, metric, "runs" if metric == COMPLETION[0] else "common laps")
             word = "higher" if direction > 0 else "lower"
             where = "every run" if metric == COMPLETION[0] else "the laps both complete"
-            row = claim_row(CLAIM, f"{head}: {metric} {word}", direction, iv, n, power=plan, role=SECONDARY, unit=unit)
-            rows.append(row | {"test": f"{HOLM_TEST}, over {where}"})
+            test = f"{HOLM_TEST}, over {where}"
+            rows.append(
+                claim_row(CLAIM, f"{head}: {metric} {word}", direction, role=SECONDARY, unit=unit, test=test, **args)
+            )
         judge_secondaries(rows)
         out += rows
     return out

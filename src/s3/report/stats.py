@@ -21,11 +21,13 @@ conditions, over training seeds). Definitions (fixed before looking at any resul
   a two-sided test at 5 % detects with 80 % power at the K run (the detectable effect), and the K
   per side the observed effect would need for that power; normal approximation from the seeds'
   spread. It plans K; an sd from 3 seeds is itself uncertain.
-- secondary rows (`holm`, `p_verdict`): a claim with several metrics names one primary, whose
-  verdict is the claim's (the interval rule above); its secondaries are judged together with Holm's
-  step-down correction of their bootstrap p-values (s3.evaluate.intervals, `Interval.p_value`) at a
-  family-wise 5 %: a secondary holds when its adjusted p is below 0.05 with the effect on the claimed
-  side, does not hold when below 0.05 on the other side, cannot tell otherwise.
+- secondary rows (`welch_p`, `holm`, `p_verdict`): a claim with several metrics names one primary,
+  whose verdict is the claim's (the interval rule above); its secondaries are judged together with
+  Holm's step-down correction, at a family-wise 5 %, of the two-sided p of Welch's t-test on the two
+  sides' seed means (the seed is the unit; a percentile bootstrap's p over 2-3 seeds can be 0 and
+  rejects far too often, which Holm cannot repair): a secondary holds when its adjusted p is below
+  0.05 with the effect on the claimed side, does not hold when below 0.05 on the other side, cannot
+  tell otherwise (and with fewer than 2 seeds on a side, where Welch's test is undefined).
 - prediction error vs policy quality across models (`model_correlation`): Spearman's rho over the
   models, its two-sided p from the permutation distribution of the pairings (exact over all n!
   orderings when n! <= n_resamples), and a paired bootstrap interval over the models.
@@ -109,6 +111,15 @@ def seeds_needed(
 ALPHA = 0.05
 
 
+def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Two-sided p of Welch's t-test of mean(a) = mean(b) on seed means; None with fewer than 2 finite values on a
+    side or no spread on either (a deterministic driver: no test)."""
+    va, vb = (np.array([float(x) for x in v if x is not None and math.isfinite(float(x))]) for v in (a, b))
+    if len(va) < 2 or len(vb) < 2 or (np.var(va) == 0 and np.var(vb) == 0):
+        return None
+    return float(stats.ttest_ind(va, vb, equal_var=False).pvalue)
+
+
 def holm(p_values: Sequence[float | None]) -> list[float | None]:
     """Holm's step-down adjusted p-values, in the input order (None stays None and does not count towards m).
 
@@ -128,7 +139,9 @@ def p_verdict(p: float | None, estimate: float | None, direction: Direction, alp
     """A (Holm-adjusted) two-sided p and the effect's sign: holds / does not hold below alpha, cannot tell otherwise."""
     if direction not in (1, -1):
         raise ValueError(f"direction must be +1 or -1, got {direction!r}")
-    if p is None or estimate is None or not math.isfinite(p) or p >= alpha or estimate == 0:
+    if p is None or estimate is None or not math.isfinite(p) or not math.isfinite(estimate):
+        return "cannot tell"
+    if p >= alpha or estimate == 0:
         return "cannot tell"
     return "holds" if (estimate > 0) == (direction == 1) else "does not hold"
 

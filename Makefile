@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-all lint bench clean pipeline quick ui flow mlflow-ui nightly ablation graded ice-levers
+.PHONY: install run test test-all lint bench clean pipeline quick ui flow mlflow-ui nightly ablation graded ice-levers study
 
 # torch first, pinned to the CPU build: letting a later package pull torch would fetch CUDA.
 $(STAMP): pyproject.toml
@@ -63,6 +63,18 @@ ice-levers: install  ## the ice levers one at a time (studies/ice.yaml), ddm, K 
 
 graded: install  ## claim 3: ddm and transformer of graded accuracy (fewer epochs), K = 2 (about an hour on 2 cores)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/s3 study run graded --root $(STUDY_DIR)
+
+# The study of issue #39 (docs/study.md, "make study"): the pipeline on params_study.yaml (K = 5 in every arm)
+# in its own workspace, then the graded-accuracy and friction sets on the same file, then the report that
+# reads them all. Every step resumes: DVC stages, and a finished variant is skipped. Hours on 2 cores.
+STUDY_RUN ?= /tmp/s3-study-run
+
+study: install  ## the study: params_study.yaml, K = 5 everywhere, one workspace, every claim (about 6 h on 2 cores)
+	$(BIN)/python -m s3.platform.workspace params_study.yaml $(STUDY_RUN)
+	cd $(STUDY_RUN) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/dvc repro
+	cd $(STUDY_RUN) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/s3 study run graded --base params.yaml --root $(STUDY_RUN)-sets
+	cd $(STUDY_RUN) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/s3 study run ablation --base params.yaml --root $(STUDY_RUN)-sets
+	cd $(STUDY_RUN) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/dvc repro report
 
 ui: install  ## Prefect server + dashboard on http://127.0.0.1:$(PREFECT_PORT) (SQLite in $$PREFECT_HOME)
 	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)

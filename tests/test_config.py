@@ -28,6 +28,14 @@ def test_the_paper_params_differ_only_in_the_seeds() -> None:
     assert paper == base
 
 
+def test_the_study_params_differ_only_in_k() -> None:
+    """params_study.yaml is params.yaml with K = 5 seeds (issue #39: K >= 5); nothing else moves."""
+    base, study = load_params(ROOT / "params.yaml").model_dump(), load_params(ROOT / "params_study.yaml").model_dump()
+    assert study["train"]["seeds"] == 5 and base["train"]["seeds"] == 3
+    study["train"].pop("seeds"), base["train"].pop("seeds")
+    assert study == base
+
+
 def test_overrides_reach_nested_sections() -> None:
     p = load_params(None, ["collect.episodes=12", "collect.driver.event_rate=0.5", "seed=7"])
     assert (p.collect.episodes, p.collect.driver.event_rate, p.seed) == (12, 0.5, 7)

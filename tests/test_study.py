@@ -190,3 +190,17 @@ def test_a_tiny_variant_end_to_end(tmp_path: Path) -> None:
     assert "distill@ddm" in lock and "evaluate@ddm" in lock and "distill@transformer" not in lock
     steps = run_study(f, root=tmp_path / "ws", results=results, project=ROOT, share_cache=False)  # finished: skipped
     assert [s.skip for s in steps] == [True]
+
+
+@pytest.mark.parametrize("name", ["ablation", "graded"])
+def test_the_study_base_gives_every_arm_its_k(name: str) -> None:
+    """`--base params_study.yaml` (make study): every variant starts from it and keeps its K = 5, not the set's 2."""
+    study = load_study(name, ROOT, ROOT / "params_study.yaml")
+    assert study.base == ROOT / "params_study.yaml"
+    params = check_study(study)
+    assert {p.train.seeds for p in params.values()} == {5}
+    assert all("train.seeds" not in v.overrides for v in study.variants.values())
+    plain = check_study(load_study(name, ROOT))
+    assert {p.train.seeds for p in plain.values()} == {2}  # without --base: the set's own K
+    for v, p in params.items():  # nothing else moves: the same variant params but K
+        assert p.model_copy(update={"train": p.train.model_copy(update={"seeds": 2})}) == plain[v]

@@ -267,10 +267,14 @@ def study_run(
     results: Annotated[Path, typer.Option(help="the results: RESULTS/<set>/<variant>.json")] = Path(
         "records/experiments"
     ),
+    base: Annotated[
+        Path | None,
+        typer.Option(help="start every variant from this params file, K (train.seeds) included: `make study`"),
+    ] = None,
 ) -> None:
     """Run a set's variants, each in its own scratch workspace (dvc repro evaluate@<policy>), into
     records/experiments/<set>/."""
     from s3.platform.study import run_study
 
     with one_line_errors():
-        run_study(name, variant, root=root, results=results, force=force, dry_run=dry_run, say=typer.echo)
+        run_study(name, variant, root=root, results=results, force=force, dry_run=dry_run, say=typer.echo, base=base)

@@ -175,11 +175,13 @@ def run_study(
     dry_run: bool = False,
     say: Callable[[str], None] = print,
     share_cache: bool = True,
+    base: str | Path | None = None,
 ) -> list[Step]:
-    """Check the set, then run its variants in order (or, with dry_run, only list what would run)."""
+    """Check the set, then run its variants in order (or, with dry_run, only list what would run). `base`: the
+    params file every variant starts from, K included (s3.platform.study_set.load_study)."""
     project = Path(project).resolve()
     results = Path(results) if Path(results).is_absolute() else project / results
-    study = load_study(name, project)
+    study = load_study(name, project, base)
     steps = plan(study, variants, Path(root), results, force)
     checked = {s.variant.name: check_variant(study, s.variant) for s in steps}
     for s in steps:

@@ -103,8 +103,13 @@ def study_path(name: str | Path, project: Path = Path(".")) -> Path:
     return p
 
 
-def load_study(name: str | Path, project: Path = Path(".")) -> Study:
-    """Read and shape-check a set file (the params themselves: check_study)."""
+SEEDS_KEY = "train.seeds"
+
+
+def load_study(name: str | Path, project: Path = Path("."), base: str | Path | None = None) -> Study:
+    """Read and shape-check a set file (the params themselves: check_study). `base`: start every variant from
+    this params file instead of the set's `base`, and take K from it: the set's own `train.seeds` override is
+    dropped, so that one study runs the same K in every arm (a variant's own override would still win)."""
     path = study_path(name, project)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -114,7 +119,10 @@ def load_study(name: str | Path, project: Path = Path(".")) -> Study:
     except ValidationError as e:
         first = e.errors()[0]
         raise StudyError(f"{path}: {'.'.join(str(k) for k in first['loc'])}: {first['msg']}") from None
-    base = Path(spec.base)
+    shared = dict(spec.overrides)
+    if base is not None:
+        shared.pop(SEEDS_KEY, None)
+    base = Path(base if base is not None else spec.base)
     base = base if base.is_absolute() else Path(project) / base
     variants = {}
     for vname, v in spec.variants.items():
@@ -122,7 +130,7 @@ def load_study(name: str | Path, project: Path = Path(".")) -> Study:
             raise StudyError(
                 f"{path}: variants.{vname}: a variant name is lower case letters, digits and _ (it names a file)"
             )
-        variants[vname] = Variant(vname, v.family, v.policy or v.family, {**spec.overrides, **v.overrides}, v.note)
+        variants[vname] = Variant(vname, v.family, v.policy or v.family, {**shared, **v.overrides}, v.note)
     return Study(path.stem, path, base, variants, spec.description)
 
 

@@ -69,7 +69,7 @@ graded: install  ## claim 3: ddm and transformer of graded accuracy (fewer epoch
 # reads them all. Every step resumes: DVC stages, and a finished variant is skipped. Hours on 2 cores.
 STUDY_RUN ?= /tmp/s3-study-run
 
-study: install  ## the study: params_study.yaml, K = 5 everywhere, one workspace, every claim (about 6 h on 2 cores)
+study: install  ## the study: params_study.yaml, K = 5 everywhere, one workspace, every claim (about 7.5 h on 2 cores)
 	$(BIN)/python -m s3.platform.workspace params_study.yaml $(STUDY_RUN)
 	cd $(STUDY_RUN) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/dvc repro
 	cd $(STUDY_RUN) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/s3 study run graded --base params.yaml --root $(STUDY_RUN)-sets

@@ -151,3 +151,46 @@ def test_sensitivity_rows_leave_the_development_circuit_out() -> None:
     sens = by[("sensitivity", f"{head} [without {DEVELOPED_ON}]")]
     assert sens["verdict"] == "cannot tell" and sens["effect"] == pytest.approx(0.0)
     assert sens["n"] == "3 vs 3 seeds, 6 vs 6 common laps"
+
+
+def _seed_rows(times: list[float | None], bound: float) -> list[dict[str, Any]]:
+    return [
+        {"seed": i, "t_to_quality_s": t, "not_reached_within_s": None if t is not None else bound}
+        for i, t in enumerate(times)
+    ]
+
+
+def test_claim_1_by_the_censored_times_of_every_seed() -> None:
+    """Five seeds per route: the distilled route reaches quality in four, direct in none within its 900 s (censored
+    there, never counted as 900 s): the log-rank test decides, the effect is a bound with its unit."""
+    from s3.report.censored import compare
+    from s3.report.claims import efficiency_claim
+
+    dytr = _seed_rows([500.0, 520.0, 600.0, 650.0, None], 800.0)
+    direct = _seed_rows([None] * 5, 900.0)
+    ttq = {"claim_route": "dytr", "dytr": {"seeds": dytr}, "direct": {"seeds": direct}, "distilled_best": {}}
+    row = efficiency_claim(ttq)
+    assert row["verdict"] == "holds" and row["k"] == 5 and row["p_value"] < 0.05
+    assert row["effect"] == pytest.approx(900.0 - 600.0) and row["effect_text"].startswith("at least 300 s sooner")
+    assert row["n"] == "5 vs 5 seeds (dytr vs direct), 4 vs 0 reached" and "log-rank" in row["test"]
+    # the other way round: direct reaches quality sooner in every seed
+    fast = _seed_rows([100.0, 120.0, 130.0, 140.0, 150.0], 900.0)
+    other = efficiency_claim({**ttq, "direct": {"seeds": fast}})
+    assert other["verdict"] == "does not hold" and other["effect"] < 0
+    # two seeds a side, overlapping: no decision
+    tie = efficiency_claim(
+        {
+            **ttq,
+            "dytr": {"seeds": _seed_rows([500.0, 700.0], 800.0)},
+            "direct": {"seeds": _seed_rows([600.0, None], 900.0)},
+        }
+    )
+    assert tie["verdict"] == "cannot tell"
+    # the medians are Kaplan-Meier's: direct's is not reached (no seed got there), a lower bound
+    res = compare(dytr, direct, "t_to_quality_s", "not_reached_within_s")
+    assert res["median_a_s"] == 600.0 and res["median_a_reached"] and not res["median_b_reached"]
+    assert res["p_value"] == pytest.approx(
+        sps.logrank(
+            sps.CensoredData(uncensored=[500, 520, 600, 650], right=[800]), sps.CensoredData(right=[900] * 5)
+        ).pvalue
+    )

@@ -29,10 +29,17 @@ def test_the_paper_params_differ_only_in_the_seeds() -> None:
 
 
 def test_the_study_params_differ_only_in_k() -> None:
-    """params_study.yaml is params.yaml with K = 5 seeds (issue #39: K >= 5); nothing else moves."""
+    """params_study.yaml is params.yaml with K = 5 seeds everywhere (issue #39: K >= 5; direct too), every seed's
+    checkpoints kept and a fresh time-to-quality set (claim 1); nothing else moves."""
     base, study = load_params(ROOT / "params.yaml").model_dump(), load_params(ROOT / "params_study.yaml").model_dump()
-    assert study["train"]["seeds"] == 5 and base["train"]["seeds"] == 3
-    study["train"].pop("seeds"), base["train"].pop("seeds")
+    moved = {
+        ("train", "seeds"): (3, 5),
+        ("train", "keep_checkpoints"): ("first", "all"),
+        ("evaluate", "time_to_quality_seed"): (7, 11),
+    }
+    for (section, key), (old, new) in moved.items():
+        assert (base[section].pop(key), study[section].pop(key)) == (old, new)
+    assert (base["train"]["direct"].pop("seeds"), study["train"]["direct"].pop("seeds")) == (1, 5)
     assert study == base
 
 

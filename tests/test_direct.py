@@ -296,3 +296,38 @@ def test_a_skipped_direct_is_recorded_by_train_and_evaluate(tmp_path) -> None:
     )
     assert (tmp_path / "plots/direct/skipped.txt").read_text().strip() == summary["skipped"]
     assert skipped_policy("ddm", tmp_path / "policies/ddm", tmp_path / "eval/ddm.json", tmp_path / "plots/ddm") is None
+
+
+def test_direct_with_two_seeds_keeps_both_with_their_checkpoints(tmp_path) -> None:
+    """train.direct.seeds 2: two runs one after another on the first seed's validation tracks, each kept with its
+    checkpoints under seeds/seed<k>/; the best by validation exported; every seed's time to quality (ttq_routes)."""
+    from s3.evaluate.suite import policy_seeds
+    from s3.evaluate.ttq_checkpoints import ttq_tracks
+    from s3.evaluate.ttq_routes import direct_route, seeds_with_checkpoints
+    from s3.rl.checkpoints import DIR, read_index
+    from s3.rl.stage import train_one
+
+    direct = {**TINY["direct"], "budget_s": 6.0, "seeds": 2}
+    params = Params.model_validate({"train": {**TINY, "seed": 3, "direct": direct}})
+    records = tmp_path / "records" / "train"
+    train_one("direct", params, tmp_path / "models", tmp_path / "policies", tmp_path / "plots", records)
+    saved = json.loads((records / "direct.json").read_text())
+    sel = saved["seed_selection"]
+    assert [r["seed"] for r in sel["seeds"]] == [3, 4] and sel["selected_seed"] in (3, 4)
+    assert sel["rl_wall_s"] == pytest.approx(sum(r["wall_s"] for r in sel["seeds"]), abs=0.11)  # one after another
+    assert all(r["budget_s"] == 6.0 and r["learning_curve"] for r in sel["seeds"])  # each with the whole budget
+    folder = tmp_path / "policies" / "direct"
+    assert [s for s, _ in policy_seeds(folder)] == [3, 4]  # evaluation drives both
+    metas = [json.loads((folder / "seeds" / f"seed{s}" / "policy.json").read_text()) for s in (3, 4)]
+    assert metas[0]["validation"]["track_seeds"] == metas[1]["validation"]["track_seeds"]  # scores compare
+    assert [m["params"]["seed"] for m in metas] == [3, 4]  # different PPO seeds
+    best = json.loads((folder / "policy.json").read_text())
+    assert best["seed_selection"]["selected_seed"] == sel["selected_seed"] and not (folder / DIR).exists()
+    for s in (3, 4):
+        assert read_index(folder / "seeds" / f"seed{s}")["checkpoints"], s
+    assert (tmp_path / "plots" / "direct.png").exists() and (tmp_path / "plots" / "direct.csv").exists()
+    assert seeds_with_checkpoints(tmp_path / "policies", "direct", saved, 3) == [3, 4]
+    route = direct_route(params, tmp_path / "policies", tmp_path / "records", ttq_tracks(1), 1, 1, seed=4)
+    row = next(r for r in sel["seeds"] if r["seed"] == 4)
+    assert route["env_steps_per_s"] == row["env_steps_per_s"] and route["curve"]  # seed 4's own time axis
+    assert route["checkpoints"].endswith("seeds/seed4/checkpoints")

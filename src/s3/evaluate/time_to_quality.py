@@ -8,18 +8,22 @@ built from
     s3.evaluate.ttq_routes       each route's curve and time axis, the rule (first_reaching), the budget rule
 
 Checkpoints. Training keeps every chunk's actor (s3.rl.checkpoints): `direct` in
-policies/direct/checkpoints/, each distilled policy (the families and the oracle) for its first
-seed (train.seed) in policies/<name>/seeds/seed<train.seed>/checkpoints/ (policies/<name>/checkpoints/
-when it trains one seed). Every one of them drives the same runs in the source simulator.
+policies/direct/checkpoints/ (policies/direct/seeds/seed<k>/checkpoints/ with train.direct.seeds > 1),
+each distilled policy (the families and the oracle) for its first seed (train.seed; every seed with
+train.keep_checkpoints: all) in policies/<name>/seeds/seed<k>/checkpoints/ (policies/<name>/checkpoints/
+when it trains one seed). Every one of them drives the same runs in the source simulator. A route's curve
+is its first seed's; when more than one seed kept its checkpoints, the route also lists every seed's time
+or bound (`seeds`), and `claim_route` names the route direct is compared with (train.direct.route):
+claim 1's censored test (s3.report.censored).
 
-The set. One fixed set of procedural hold-out tracks (s3.evaluate.holdout: generator seed 7, never
-used for training or validation), the same for both routes: 8 tracks x 2 evenly spaced starts = 16
-runs at 5 m/s, in the one car (`sim.driver_aids`). Half the tracks carry heavy ice (3-6 patches of
-mu 0.1-0.3), half are dry: track i is the heavy-ice version when i % 4 is 0 or 3, else the dry one,
-so that each surface gets two circuits and two spline blobs, one of each mirrored (the generator
-makes tracks 0-3 circuits, 4-7 blobs, every second of each kind mirrored). A run ends at its lap, a
-failure (off the road, turned around, stalled, a simulator error), or after the lap length at
-`train.validation_min_speed`. All checkpoints of one route drive side by side in one SourceVecEnv
+The set. One fixed set of procedural hold-out tracks (s3.evaluate.holdout: generator seed
+`evaluate.time_to_quality_seed`, 7 by default, never used for training or validation), the same for both
+routes: 8 tracks x 2 evenly spaced starts = 16 runs at 5 m/s, in the one car (`sim.driver_aids`). Half the
+tracks carry heavy ice (3-6 patches of mu 0.1-0.3), half are dry: track i is the heavy-ice version when i %
+4 is 0 or 3, else the dry one, so that each surface gets two circuits and two spline blobs, one of each
+mirrored (the generator makes tracks 0-3 circuits, 4-7 blobs, every second of each kind mirrored). A run
+ends at its lap, a failure (off the road, turned around, stalled, a simulator error), or after the lap
+length at `train.validation_min_speed`. All checkpoints of one route drive side by side in one SourceVecEnv
 (each car its own simulator: a run's result does not depend on which others share the env).
 
 The rule. A checkpoint is lap-completing when it completes at least half of the set's laps
@@ -54,7 +58,7 @@ from typing import Any
 
 from s3 import headline
 from s3.catalog import DIRECT
-from s3.evaluate.holdout import HOLDOUT_SEED, START_SPEED
+from s3.evaluate.holdout import START_SPEED
 from s3.evaluate.ttq_checkpoints import CHECKPOINTS, ICE_SLOTS, N_TRACKS, STARTS, ttq_tracks
 from s3.evaluate.ttq_routes import (
     LAP_SHARE,
@@ -66,10 +70,21 @@ from s3.evaluate.ttq_routes import (
     number_at,
     planned_checkpoints,
     read_metrics,
+    seed_times,
+    seeds_with_checkpoints,
 )
 from s3.io import json_safe
 from s3.progress import progress
 from s3.sim.backends import side_by_side_names, sim_backend
+
+
+def _with_seeds(seeds: list[int], route: Any) -> dict[str, Any]:
+    """The first seed's route; with more than one seed kept, also `seeds`: every seed's time or bound."""
+    first = route(seeds[0])
+    if len(seeds) == 1:
+        return first
+    return {**first, "seeds": [seed_times(first, seeds[0]), *(seed_times(route(s), s) for s in seeds[1:])]}
+
 
 RULE = (
     "lap-completing = a checkpoint completes at least half of the set's laps (lap_share >= 0.5); time to quality = "
@@ -103,7 +118,8 @@ def time_to_quality(
             plot_not_run(plot_path, reason)
         return {"not_run": reason}
     dt = float(params.sim.control_dt)
-    tracks = ttq_tracks(n_tracks)
+    generator_seed = params.evaluate.time_to_quality_seed
+    tracks = ttq_tracks(n_tracks, generator_seed)
     names = [n for n in params.policies() if n != DIRECT]
     rows = None  # the collected dataset's rows, as each distillation read it
     for family in dict.fromkeys(params.model_of(n) for n in names):
@@ -111,14 +127,23 @@ def time_to_quality(
         if rows is not None:
             break
     collect = collection_cost(metrics_dir, rows, dt)
-    folders = [
-        policies_dir / DIRECT,
-        *(checkpoint_folder(policies_dir, n, params.train.for_policy(n).seed) for n in names),
-    ]
+    seeds = {  # every seed whose checkpoints were kept; the first is each route's curve
+        n: seeds_with_checkpoints(policies_dir, n, read_metrics(metrics_dir / "train" / f"{n}.json"), first)
+        for n, first in [(DIRECT, params.train.seed), *((n, params.train.for_policy(n).seed) for n in names)]
+    }
+    folders = [checkpoint_folder(policies_dir, n, s) for n, ss in seeds.items() for s in ss]
     with progress("time_to_quality", sum(map(planned_checkpoints, folders)), CHECKPOINTS):
-        direct = direct_route(params, policies_dir, metrics_dir, tracks, starts, workers)
+        direct = _with_seeds(
+            seeds[DIRECT], lambda s: direct_route(params, policies_dir, metrics_dir, tracks, starts, workers, s)
+        )
         routes = {
-            n: distilled_route(n, params, policies_dir, metrics_dir, tracks, starts, workers, collect) for n in names
+            n: _with_seeds(
+                seeds[n],
+                lambda s, n=n: distilled_route(
+                    n, params, policies_dir, metrics_dir, tracks, starts, workers, collect, s
+                ),
+            )
+            for n in names
         }
     reached = [
         (r["t_to_quality_s"], n) for n, r in routes.items() if n in params.families and r["t_to_quality_s"] is not None
@@ -129,7 +154,7 @@ def time_to_quality(
     ]  # the families evaluated
     result = {
         "tracks": {
-            "generator_seed": HOLDOUT_SEED,
+            "generator_seed": generator_seed,
             "n_tracks": n_tracks,
             "starts_per_track": starts,
             "runs": n_tracks * starts,
@@ -171,6 +196,8 @@ def time_to_quality(
         },
         "budget_rule": budget_rule(direct, metrics_dir, params),
     }
+    if any(len(ss) > 1 for ss in seeds.values()):  # claim 1's censored test: direct against the route it is matched to
+        result["claim_route"] = params.train.direct.route
     result = json_safe(result)
     headline.write_record(out, result, headline.time_to_quality)
     if plot_path is not None:  # the figure, and its curves as data beside it (plots/time_to_quality/<route>.csv)

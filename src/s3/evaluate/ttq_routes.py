@@ -79,7 +79,7 @@ def collection_cost(metrics_dir: Path, rows: float | None, dt: float) -> dict[st
 
 
 def checkpoint_folder(policies_dir: Path, name: str, seed: int) -> Path:
-    """Where policy `name`'s checkpoints are: its first seed's folder, or the policy's own (one seed)."""
+    """Where policy `name`'s checkpoints of `seed` are: that seed's folder, or the policy's own (one seed)."""
     seeded = policies_dir / name / "seeds" / f"seed{seed}"
     return seeded if (seeded / DIR).is_dir() or not (policies_dir / name / DIR).is_dir() else policies_dir / name
 
@@ -146,22 +146,43 @@ def _drive_route(
     return entries, drive_checkpoints(folder, entries, tracks, params, starts, workers), None
 
 
+def seed_row(m: dict[str, Any] | None, seed: int) -> dict[str, Any] | None:
+    """The row of `seed` in a train record's seed_selection.seeds (None: a record of one seed)."""
+    return next((r for r in _get_list(m, "seed_selection", "seeds") if r.get("seed") == seed), None)
+
+
+def seeds_with_checkpoints(policies_dir: Path, name: str, m: dict[str, Any] | None, first: int) -> list[int]:
+    """The seeds of policy `name` whose chunks' checkpoints were kept (train.keep_checkpoints, direct's seeds), in
+    seed order; [first] when the record lists no seeds."""
+    seeds = [int(r["seed"]) for r in _get_list(m, "seed_selection", "seeds")] or [first]
+    return [s for s in seeds if planned_checkpoints(checkpoint_folder(policies_dir, name, s)) > 0] or [first]
+
+
 def direct_route(
-    params: Any, policies_dir: Path, metrics_dir: Path, tracks: Sequence[Track], starts: int, workers: int
+    params: Any,
+    policies_dir: Path,
+    metrics_dir: Path,
+    tracks: Sequence[Track],
+    starts: int,
+    workers: int,
+    seed: int | None = None,
 ) -> dict[str, Any]:
-    """`direct`: PPO in the source; its checkpoints on the set, its time axis from its own throughput."""
+    """`direct`: PPO in the source; its checkpoints on the set, its time axis from its own throughput (one seed's:
+    `seed`, default train.seed, read from seed_selection.seeds when direct trained several)."""
     dt = float(params.sim.control_dt)
     m = read_metrics(metrics_dir / "train" / f"{DIRECT}.json")
-    rate, budget, w = number_at(m, "env_steps_per_s"), number_at(m, "budget_s"), number_at(m, "workers")
-    folder = policies_dir / DIRECT
+    seed = params.train.seed if seed is None else seed
+    row = seed_row(m, seed) or m
+    rate, budget, w = number_at(row, "env_steps_per_s"), number_at(row, "budget_s"), number_at(row, "workers")
+    folder = checkpoint_folder(policies_dir, DIRECT, seed)
     entries, driven, why = (
         _drive_route(folder, tracks, params, starts, workers)
         if m is not None
         else ([], [], f"no {metrics_dir / 'train' / DIRECT}.json")
     )
-    walls = {int(p["env_steps"]): p["wall_s"] for p in (m or {}).get("learning_curve", []) if "wall_s" in p}
+    walls = {int(p["env_steps"]): p["wall_s"] for p in (row or {}).get("learning_curve", []) if "wall_s" in p}
     curve = _curve(entries, driven, rate, 0.0, lambda n: n * dt / w if w else None, walls)
-    steps = number_at(m, "env_steps")
+    steps = number_at(row, "env_steps")
     route = {
         "checkpoints": str(folder / DIR),
         "env_steps_per_s": rate,
@@ -204,10 +225,13 @@ def distilled_route(
     starts: int,
     workers: int,
     collect: dict[str, Any],
+    seed: int | None = None,
 ) -> dict[str, Any]:
-    """A policy trained in a distilled model: its first seed's checkpoints, after collection + distillation."""
+    """A policy trained in a distilled model: one seed's checkpoints (`seed`, default its first), after collection
+    + distillation."""
     model = params.model_of(name)
-    seed = params.train.for_policy(name).seed
+    first = params.train.for_policy(name).seed
+    seed = first if seed is None else seed
     m = read_metrics(metrics_dir / "train" / f"{name}.json")
     dist = read_metrics(metrics_dir / "distill" / f"{model}.json")
     rate, distill_s = training_rate(m, seed), number_at(dist, "total_wall_s")
@@ -218,7 +242,8 @@ def distilled_route(
         if m is not None
         else ([], [], f"no {metrics_dir / 'train' / name}.json")
     )
-    walls = {int(p["env_steps"]): p["wall_s"] for p in ((m or {}).get("checkpoints") or {}).get("points", [])}
+    kept = (seed_row(m, seed) or {}).get("checkpoints") if seed != first else None  # keep_checkpoints: all
+    walls = {int(p["env_steps"]): p["wall_s"] for p in (kept or (m or {}).get("checkpoints") or {}).get("points", [])}
     curve = _curve(
         entries, driven, rate, offset, lambda n: offset_rt + n / rate if rate and offset_rt is not None else None, walls
     )
@@ -276,3 +301,18 @@ def budget_rule(direct: dict[str, Any], records_dir: Path, params: Any) -> dict[
         "max_family_route_s": need,
         "holds": None if need is None or budget is None else budget >= need,
     }
+
+
+SEED_KEYS = (
+    "reached",
+    "t_to_quality_s",
+    "not_reached_within_s",
+    "t_to_quality_real_time_s",
+    "not_reached_within_real_time_s",
+    "env_steps_to_quality",
+)
+
+
+def seed_times(route: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One seed's outcome for claim 1's censored comparison: its time to quality, or the time it ran without."""
+    return {"seed": seed, **{k: route.get(k) for k in SEED_KEYS}}

@@ -20,6 +20,7 @@ from s3.evaluate.intervals import difference_bootstrap
 from s3.evaluate.suite import groups
 from s3.report.accuracy import CLAIM as ACCURACY
 from s3.report.accuracy import accuracy
+from s3.report.censored import compare
 from s3.report.claim_row import (
     PRIMARY,
     SECONDARY,
@@ -41,8 +42,12 @@ EFFICIENCY = "1 efficiency"
 # the evaluation circuit looked at most while recipes were developed (docs/decisions/road-course-held-out.md)
 DEVELOPED_ON = "road_course"
 RULES = {
-    EFFICIENCY: "time to a lap-completing checkpoint (lap share >= 0.5 on the time-to-quality hold-out), direct "
-    "minus the best family's; with fewer than 2 seeds per route there is no test and the verdict is cannot tell",
+    EFFICIENCY: "time to a lap-completing checkpoint (lap share >= 0.5 on the time-to-quality hold-out) per seed, a "
+    "seed that never gets there censored at the time it ran; with at least 2 seeds per route, a two-sided log-rank "
+    "test of direct against the route its budget is matched to (train.direct.route) decides: holds when p < 0.05 "
+    "and the distilled route's Kaplan-Meier median is earlier, does not hold when p < 0.05 and direct's is; with "
+    "fewer seeds there is no test and the verdict is cannot tell (the effect, direct minus the best family's "
+    "time, is then stated alone)",
     SMOOTHNESS: "per grounded family against each black-box family and per condition, the primary is the mean "
     "absolute steering rate over the laps both complete; secondaries (steering jerk, lateral jerk, time off the "
     "road, minimum edge margin on the same laps; completion rate over every run) are Holm-corrected",
@@ -144,6 +149,9 @@ def efficiency_claim(ttq: Mapping[str, Any] | None) -> dict[str, Any]:
             "difference_s": None if t_direct is None or t_best is None or kind == "none" else t_direct - t_best,
             "kind": kind,
         }
+    tested = _censored_test(ttq, statement)
+    if tested is not None:
+        return tested
     diff, kind = detail["measured"]["difference_s"], detail["measured"]["kind"]
     effect = None if diff is None else {"estimate": diff, "low": None, "high": None}
     word = {"exact": "", "lower bound": "at least ", "upper bound": "at most "}.get(kind, "")
@@ -161,6 +169,53 @@ def efficiency_claim(ttq: Mapping[str, Any] | None) -> dict[str, Any]:
         k=k,
         unit="s",
         effect_text=text,
+    )
+
+
+LOGRANK = "log-rank test of the censored times to quality per seed, two-sided (scipy.stats.logrank)"
+
+
+def _censored_test(ttq: Mapping[str, Any], statement: str) -> dict[str, Any] | None:
+    """Claim 1 by RULES when time to quality followed at least 2 seeds of direct and of its matched route."""
+    route = ttq.get("claim_route")
+    res = (
+        compare(
+            get(ttq, route, "seeds") or [], get(ttq, DIRECT, "seeds") or [], "t_to_quality_s", "not_reached_within_s"
+        )
+        if route
+        else None
+    )
+    if res is None:
+        return None
+    md, dd = (res["median_a_s"], res["median_a_reached"]), (res["median_b_s"], res["median_b_reached"])
+    diff = dd[0] - md[0]  # direct's median minus the distilled route's: > 0 = the distilled route sooner
+    if dd[1] and md[1]:
+        sooner, text = diff > 0, f"{abs(diff):.0f} s {'sooner' if diff > 0 else 'later'} (medians)"
+    elif md[1] and diff > 0:  # direct's median not reached: it is later than its largest time
+        sooner, text = True, f"at least {diff:.0f} s sooner (direct's median not reached)"
+    elif dd[1] and diff < 0:
+        sooner, text = False, f"at least {-diff:.0f} s later (the distilled median not reached)"
+    else:
+        sooner, text = None, "neither median reached" if not (md[1] or dd[1]) else "a bound on the wrong side"
+    p = res["p_value"]
+    verdict = "cannot tell" if p >= 0.05 or sooner is None else "holds" if sooner else "does not hold"
+    n = f"{res['n_a']} vs {res['n_b']} seeds ({route} vs {DIRECT}), {res['reached_a']} vs {res['reached_b']} reached"
+    statement = statement.replace("(best family)", f"({route}, the route direct's budget is matched to)")
+    k = min(res["n_a"], res["n_b"])
+    detail = {**res, "route": route}
+    return claim_row(
+        EFFICIENCY,
+        statement,
+        +1,
+        {"estimate": diff},
+        n,
+        detail,
+        verdict,
+        test=LOGRANK,
+        k=k,
+        unit="s",
+        effect_text=text,
+        p_value=p,
     )
 
 

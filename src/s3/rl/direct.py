@@ -11,7 +11,8 @@ writes
 
 This is the efficiency comparison: the same wall clock that one family spends on distill + train
 (`train.direct.budget_s`: at least one family's collect + distill + train on the same machine)
-spent on PPO in the slow source simulator instead. It trains one seed: its budget is the machine's wall clock.
+spent on PPO in the slow source simulator instead. It trains `direct.seeds` runs one after another, each for
+the whole budget (s3.rl.direct_seeds when more than one: every seed kept under seeds/seed<k>/).
 It drives the one car every stage uses (`sim.driver_aids`: traction control and ABS, or none).
 Everything else is the distilled training's: reward, observation and terminations
 (s3.rl.source_env.SourceVecEnv mirrors DistilledEnv), PPO settings (train.ppo, except the rollout
@@ -61,7 +62,7 @@ from s3.rl.ppo import Curve
 from s3.rl.runner import PPORun, flushed, prepare, setup
 from s3.rl.source_env import SourceVecEnv, prestart
 from s3.rl.source_validation import ValidateInSource
-from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool
+from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, validation_tracks
 from s3.sim.backends import side_by_side_names, sim_backend
 from s3.tracking import Run
 
@@ -120,27 +121,58 @@ def train_direct(
     budget = float(budget)
     if not budget > 0:
         raise ValueError(f"train_direct: budget_s must be positive, got {budget_s}")
+    if params.train.direct.seeds > 1:
+        from s3.rl.direct_seeds import train_direct_seeds
+
+        return train_direct_seeds(params, Path(out_dir), plots_dir, metrics_dir, budget, run, budget_from)
+    return train_one_seed(params, Path(out_dir) / NAME, plots_dir, metrics_dir, budget, run, budget_from)
+
+
+def train_one_seed(
+    params: Params,
+    folder: Path,
+    plots_dir: str | Path | None,
+    metrics_dir: str | Path | None,
+    budget: float,
+    run: Run | None,
+    budget_from: dict[str, Any] | None = None,
+    validation_seed: int | None = None,
+) -> dict[str, Any]:
+    """One PPO run of train.seed for `budget` s into `folder`, validated on the tracks of `validation_seed`
+    (default train.seed)."""
     clock = WallClockBudget(
         budget, params.train.direct.chunk_iterations, EXPORT_RESERVE_S, params.train.direct.validation
     )
     prestart()
     say = prepare(params.train)
+    seed = params.train.seed
     with (
         flushed(run),
-        progress(f"train {NAME}", clock.budget_s, "s", follow=lambda: clock.elapsed),
+        progress(f"train {NAME} seed {seed}", clock.budget_s, "s", follow=lambda: clock.elapsed),
     ):  # the wall-clock budget
-        return _train_direct(params, Path(out_dir), plots_dir, metrics_dir, clock, run, say, budget_from)
+        return _train_direct(
+            params,
+            folder,
+            plots_dir,
+            metrics_dir,
+            clock,
+            run,
+            say,
+            budget_from,
+            seed if validation_seed is None else validation_seed,
+        )
 
 
 def _train_direct(
     params: Params,
-    out_dir: Path,
+    folder: Path,
     plots_dir: str | Path | None,
     metrics_dir: str | Path | None,
     clock: WallClockBudget,
     run: Run | None,
     say: Callable[[str], None],
-    budget_from: dict[str, Any] | None = None,
+    budget_from: dict[str, Any] | None,
+    validation_seed: int,
 ) -> dict[str, Any]:
     """The body of train_direct: the source envs, then the PPO run (s3.rl.runner)."""
     tp, d = params.train, params.train.direct
@@ -155,7 +187,7 @@ def _train_direct(
         workers = len(env.workers)  # on Ray: as many actors as the cluster had room for
         val = None
         if d.validation:
-            val_tracks = pool.validation_tracks()
+            val_tracks = validation_tracks(tp.tracks, validation_seed)  # every seed's: those of the first
             n_val = len(val_tracks) * tp.tracks.validation_starts
             val_env = SourceVecEnv(
                 val_tracks,
@@ -178,7 +210,7 @@ def _train_direct(
             tp,
             tp.ppo.model_copy(update={"num_steps_per_env": d.num_steps_per_env}),
             "cpu",
-            folder=out_dir / NAME,
+            folder=folder,
             run=run,
             say=say,
             t_start=clock.t_start,
@@ -212,7 +244,7 @@ def _train_direct(
 
         ppo.loop(clock, choice, on_chunk)
         best = ppo.choose(choice)
-        return _finish(ppo, best, curve, params, plots_dir, metrics_dir, clock, workers, budget_from)
+        return _finish(ppo, best, curve, params, plots_dir, metrics_dir, clock, workers, budget_from, validation_seed)
 
 
 def _fmt(x: float | None) -> str:
@@ -228,7 +260,8 @@ def _finish(
     metrics_dir: str | Path | None,
     clock: WallClockBudget,
     workers: int,
-    budget_from: dict[str, Any] | None = None,
+    budget_from: dict[str, Any] | None,
+    validation_seed: int,
 ) -> dict[str, Any]:
     """Export the kept checkpoint (s3.rl.runner), write the metrics JSON and the plot, log to MLflow."""
     tp, d, env, run = params.train, params.train.direct, ppo.env, ppo.run
@@ -244,7 +277,7 @@ def _finish(
         "selection": f"the latest validated checkpoint scoring within {tp.validation_tolerance} of the best"
         if d.validation
         else "the last",
-        "track_seeds": [VALIDATION_SEED_BASE + tp.seed * 1000 + i for i in range(tp.tracks.validation_tracks)]
+        "track_seeds": [VALIDATION_SEED_BASE + validation_seed * 1000 + i for i in range(tp.tracks.validation_tracks)]
         if d.validation
         else [],
         "starts_per_track": tp.tracks.validation_starts,

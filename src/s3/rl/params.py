@@ -178,6 +178,15 @@ class DirectParams(_Section):
         "records/distill/<family>.json and records/train/<family>.json: dvc.yaml's train_direct depends on them; "
         "docs/decisions/direct-budget.md says which and why)",
     )
+    seeds: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="PPO runs (train.seed, train.seed + 1, ...), one after another, each for the whole budget and "
+        "validated on the same held-out tracks (those of train.seed): every one is kept (seeds/seed<k>/ with its "
+        "checkpoints) and evaluated, policies/direct/ holds the best by validation. 1 = one run (params_study.yaml: "
+        "5, for claim 1's censored test)",
+    )
     workers: int = Field(0, ge=0, le=256, description="simulator worker processes (0 = one per core)")
     num_envs: int = Field(
         32, ge=1, le=4096, description="source-simulator cars stepped together (about 1000 control steps/s per core)"
@@ -215,7 +224,7 @@ class TrainParams(_Section):
         le=64,
         description="independent PPO runs per policy (seeds seed, seed+1, ...), each for the full budget: every one "
         "is kept and evaluated (the unit of policy quality); policies/<name>/ also holds the one seed_selection "
-        "picks, for export (s3.rl.seeds). `direct` always runs one. params.yaml: 3 (params_paper.yaml: 10); the "
+        "picks, for export (s3.rl.seeds). `direct`: train.direct.seeds. params.yaml: 3 (params_paper.yaml: 10); the "
         "class default 1 suits tests and one-off runs",
     )
     seed_selection: Literal["model", "source"] = Field(
@@ -226,6 +235,11 @@ class TrainParams(_Section):
     )
     source_validation_tracks: int = Field(
         16, ge=1, le=4096, description="validation tracks driven in the source when seed_selection is 'source'"
+    )
+    keep_checkpoints: Literal["first", "all"] = Field(
+        "first",
+        description="which seeds keep every chunk's checkpoint (policies/<name>/seeds/seed<k>/checkpoints): the first "
+        "(the time-to-quality curve of one seed) or all (a curve per seed: claim 1's censored test, params_study.yaml)",
     )
     seed_workers: int = Field(
         0,

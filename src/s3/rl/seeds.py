@@ -288,6 +288,8 @@ def train_seeds(
             "stopped_by": r["train"].get("stopped_by"),
             "wall_s": r["train"].get("wall_s"),
             "mlflow_run_id": r["mlflow_run_id"],
+            # train.keep_checkpoints all: every seed's chunks on the train clock (time to quality per seed)
+            **({"checkpoints": r["checkpoints"]} if params.keep_checkpoints == "all" and r.get("checkpoints") else {}),
         }
         for s, r in sorted(results.items())
     ]

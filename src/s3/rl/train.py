@@ -158,8 +158,8 @@ def train_policy_curve(
         wall = time.perf_counter() - ppo.t_start
         env_steps = ppo.done * ppo.steps_per_iteration
         model_folder = Path(model_folder) if model_folder is not None else None
-        # the first seed (or a lone run) keeps every chunk's checkpoint (s3.rl.checkpoints)
-        kept = choice.checkpoints if validation_seed == params.seed else None
+        # the first seed (or a lone run; every seed with keep_checkpoints: all) keeps every chunk's checkpoint
+        kept = choice.checkpoints if validation_seed == params.seed or params.keep_checkpoints == "all" else None
         meta = ppo.export(
             dynamics_model={
                 "folder": model_label or (str(model_folder) if model_folder else None),

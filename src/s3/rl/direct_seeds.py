@@ -1,0 +1,89 @@
+"""`direct` with several seeds: K PPO runs in the source simulator, one after another, every one kept.
+
+    train_direct_seeds(params, out_dir, plots_dir, metrics_dir, budget, run=None, budget_from=None) -> summary
+writes
+    <out_dir>/direct/seeds/seed<k>/       each run's policy, checkpoints/ and learning curve (k = train.seed + i)
+    <out_dir>/direct/                     the best run's policy (+ "seed_selection" in its policy.json)
+    <plots_dir>/direct.png, .csv          the best run's learning curve
+    <metrics_dir>/direct.json             the best run's summary + seed_selection.seeds (one row per run)
+
+Each run is s3.rl.direct.train_one_seed with train.seed = seed + i and the whole budget: `direct`'s
+budget is wall clock, so its seeds cannot share the cores as the distilled seeds do. Every run
+validates on the held-out tracks of the first seed, so their scores compare; the best score is kept
+for export (ties: the lowest seed), as s3.rl.seeds does for the distilled policies. Evaluation drives
+every seed (s3.evaluate.suite.policy_seeds) and time to quality every seed's checkpoints.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from s3 import headline
+from s3.catalog import DIRECT
+from s3.io import json_safe
+from s3.rl.export import copy_policy
+from s3.tracking import Run
+
+if TYPE_CHECKING:
+    from s3.config import Params
+
+CURVE_KEYS = ("env_steps", "wall_s", "val_score")  # what time to quality reads of each run's curve
+ROW_KEYS = ("wall_s", "env_steps", "env_steps_per_s", "iterations", "workers", "budget_s", "over_budget_s")
+
+
+def train_direct_seeds(
+    params: Params,
+    out_dir: Path,
+    plots_dir: str | Path | None,
+    metrics_dir: str | Path | None,
+    budget: float,
+    run: Run | None = None,
+    budget_from: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """K = train.direct.seeds runs of s3.rl.direct.train_one_seed (module docstring); returns the summary."""
+    from s3.rl.checkpoints import DIR
+    from s3.rl.direct import train_one_seed
+
+    tp = params.train
+    base, final = tp.seed, Path(out_dir) / DIRECT
+    results: dict[int, dict[str, Any]] = {}
+    for i in range(tp.direct.seeds):
+        seed = base + i
+        folder = final / "seeds" / f"seed{seed}"
+        one = params.model_copy(update={"train": tp.model_copy(update={"seed": seed})})
+        seed_run = run if i == 0 else None  # MLflow: the first run's curve (one step axis per run)
+        results[seed] = train_one_seed(one, folder, folder, None, budget, seed_run, budget_from, validation_seed=base)
+    table = [
+        {
+            "seed": s,
+            "validation_score": r["validation"]["score"],
+            "iteration": r["validation"]["iteration"],
+            **{k: r.get(k) for k in ROW_KEYS},
+            "learning_curve": [{k: p.get(k) for k in CURVE_KEYS} for p in r["learning_curve"]],
+        }
+        for s, r in sorted(results.items())
+    ]
+    key = {r["seed"]: (r["validation_score"] if r["validation_score"] is not None else -1.0, -r["seed"]) for r in table}
+    best = max(key, key=key.__getitem__)
+    selection = {
+        "selected_seed": best,
+        "in": "source",
+        "rule": "best validation score in the source simulator on the first seed's held-out procedural tracks "
+        "(ties: the lowest seed)",
+        "seeds": table,
+        "rl_wall_s": round(sum(r["wall_s"] or 0.0 for r in table), 1),  # one after another
+    }
+    src = final / "seeds" / f"seed{best}"
+    copy_policy(src, final, seed_selection={k: v for k, v in selection.items() if k != "seeds"})
+    shutil.rmtree(final / DIR, ignore_errors=True)  # the checkpoints stay with their seed (seeds/seed<k>/)
+    if plots_dir is not None:
+        for suffix in (".png", ".csv"):
+            if (src / f"{DIRECT}{suffix}").exists():
+                Path(plots_dir).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src / f"{DIRECT}{suffix}", Path(plots_dir) / f"{DIRECT}{suffix}")
+    summary = json_safe({**results[best], "policy_folder": str(final), "seed_selection": selection})
+    if metrics_dir is not None:
+        headline.write_record(Path(metrics_dir) / f"{DIRECT}.json", summary, headline.train)
+    return summary

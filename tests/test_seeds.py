@@ -298,3 +298,26 @@ def test_on_a_shared_nothing_executor_a_finished_seed_is_kept_when_another_fails
     assert (
         len(client.get_metric_history(runs["1"].info.run_id, "train/Train/mean_reward")) == 2
     )  # replayed here, one per iteration
+
+
+def test_keep_checkpoints_all_keeps_every_seeds_chunks(bicycle, tmp_path) -> None:
+    """train.keep_checkpoints all: every seed keeps its chunks' checkpoints, and the seed table carries each seed's
+    train clock at them (time to quality per seed, claim 1's censored test)."""
+    from s3.evaluate.ttq_routes import seeds_with_checkpoints
+
+    save_checkpoint(bicycle, tmp_path / "models" / "bicycle")
+    params = TrainParams.model_validate(
+        {**TINY, "max_env_steps": 128 * 16 * 16, "seeds": 2, "seed_workers": 2, "keep_checkpoints": "all"}
+    )
+    summary = train_seeds(
+        NAME, "bicycle", tmp_path / "models" / "bicycle", tmp_path / "policies", tmp_path / "p.png", params
+    )
+    final = tmp_path / "policies" / NAME
+    rows = summary["seed_selection"]["seeds"]
+    for row in rows:
+        assert (final / "seeds" / f"seed{row['seed']}" / "checkpoints" / "index.json").exists()
+        assert [p["env_steps"] for p in row["checkpoints"]["points"]] == [128 * 16 * 8, 128 * 16 * 16]
+    assert seeds_with_checkpoints(tmp_path / "policies", NAME, {"seed_selection": summary["seed_selection"]}, 1) == [
+        1,
+        2,
+    ]

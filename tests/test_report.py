@@ -247,7 +247,25 @@ def test_spearman_needs_three_families_and_variation() -> None:
     assert flat["rho"] is None and "policy quality" in flat["reason"]
 
 
+def _ttq(ws: Path, direct_reached: bool = True) -> None:
+    """records/time_to_quality.json: each family reaches quality after its RL_WALL (collect 100 s + its distill
+    first), the oracle after 25 s in dytr's model; direct at 80 s (600 s at real time), or never within 300 s."""
+    routes: dict[str, Any] = {
+        fam: {"reached": True, "offset_s": 100.0 + DISTILL_WALL[fam], "t_to_quality_s": 100.0 + DISTILL_WALL[fam] + t}
+        for fam, t in RL_WALL.items()
+    }
+    routes["oracle"] = {"reached": True, "offset_s": 170.0, "t_to_quality_s": 195.0}
+    routes["direct"] = (
+        {"reached": True, "t_to_quality_s": 80.0, "t_to_quality_real_time_s": 600.0}
+        if direct_reached
+        else {"reached": False, "not_reached_within_s": 300.0, "not_reached_within_real_time_s": 600.0}
+    )
+    _write(ws / "metrics" / "time_to_quality.json", routes)
+
+
 def test_efficiency_arithmetic(ws: Path) -> None:
+    """The efficiency table reads claim 1's curves: RL time to quality, not the training's whole wall clock."""
+    _ttq(ws)
     eff = rp.build_report(ws / "metrics")["efficiency"]
     assert eff["control_dt"] == 0.1
     c, d = eff["collect"], eff["direct"]
@@ -272,6 +290,9 @@ def test_efficiency_arithmetic(ws: Path) -> None:
     assert eff["families"]["dytr"]["break_even_n"] == pytest.approx(170.0 / 40.0)
     rows = {r[0]: r for r in efficiency_rows(rp.build_report(ws / "metrics"))}
     assert rows["ddm"][1:6] == ["20 s", "80 s", "4.0x", "2.5 min", "3 (n = 2.50)"]
+    (ws / "metrics" / "time_to_quality.json").unlink()  # no curves: not measured, whatever the suite says
+    eff = rp.build_report(ws / "metrics")["efficiency"]
+    assert eff["direct"]["reached"] is None and eff["families"]["ddm"]["speedup"] is None
 
 
 def test_rl_wall_counts_every_seed_trained_side_by_side(ws: Path) -> None:
@@ -334,7 +355,7 @@ def test_a_seed_chosen_in_the_source_is_a_separate_row_with_its_cost(ws: Path) -
 
 
 def test_efficiency_bounds_when_direct_never_completes(ws: Path) -> None:
-    _write(ws / "metrics" / "eval" / "direct.json", _eval(0.0, 0.0, gap=False))
+    _ttq(ws, direct_reached=False)
     eff = rp.build_report(ws / "metrics")["efficiency"]
     assert eff["direct"]["reached"] is False and eff["direct"]["t_to_policy_s"] == 300.0  # the budget
     assert eff["direct"]["text"] == "not reached within 5.0 min"
@@ -402,6 +423,7 @@ def test_entry_point_writes_prints_and_logs(ws: Path, monkeypatch: pytest.Monkey
         "log_stage_safely",
         lambda stage, fam, params, metrics, artifacts: calls.append((stage, fam, metrics, list(artifacts))) or "run",
     )
+    _ttq(ws)
     console = Console(record=True, width=300)
     rep = rp.report(ws / "metrics", ws / "reports", ws / "plots" / "report", console=console)
     saved = _strict(ws / "metrics" / "report.json")

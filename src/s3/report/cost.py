@@ -1,9 +1,9 @@
 """What distillation saves: the distilled route's wall clock against direct PPO in the source simulator.
 
     collect_cost(manifest, dt, record)          collection rows, wall clock, workers, real-time equivalents
-    direct_cost(direct, ev, dt)                 direct's time to a lap-completing policy (or its budget B)
+    direct_cost(direct, ttq_direct, dt)         direct's time to quality on claim 1's curves (or the time it ran)
     efficiency(t_distilled, ..., one_time)      speed-up of the RL phase, break-even number of policies
-    efficiency_block(rows, collect, direct)     per distilled policy: measured, and for a real-time source
+    efficiency_block(rows, collect, direct, ttq) per distilled policy: measured, and for a real-time source
 
 The definitions the report states (records/report.json `definitions`: rl_wall_to_policy, speedup,
 one_time_cost, break_even, real_time) are their contract. A cost that was not measured is None
@@ -115,26 +115,27 @@ def _direct_value(direct: Mapping[str, Any] | None, key: str) -> float | None:
     return v if v is not None else num(get(direct, "train", key))
 
 
-def direct_cost(direct: Mapping[str, Any] | None, ev: Mapping[str, Any] | None, dt: float | None) -> dict[str, Any]:
-    """Direct PPO in the source simulator: time to the lap (or its budget) and real-time equivalent;
-    with a source that cannot run it (BeamNG: s3.rl.direct.skip_reason), "not run" and why."""
+def direct_cost(
+    direct: Mapping[str, Any] | None, ttq_direct: Mapping[str, Any] | None, dt: float | None
+) -> dict[str, Any]:
+    """Direct PPO in the source simulator: its run's wall clock and real-time equivalent, and its time to quality by
+    the time-to-quality curves (records/time_to_quality.json, claim 1's criterion: a checkpoint completing half of
+    the hold-out laps), or the time it ran without; None without those curves. With a source that cannot run it
+    (BeamNG: s3.rl.direct.skip_reason), "not run" and why."""
     if get(direct, "skipped") is not None:
         return {
             "skipped": get(direct, "skipped"),
             "reached": None,
             "t_to_policy_s": None,
+            "real_time_t_s": None,
             "real_time_wall_s": None,
             "text": f"not run ({get(direct, 'source_simulator', 'backend')} source)",
         }
     wall, budget = _direct_value(direct, "wall_s"), _direct_value(direct, "budget_s")
     steps, workers = _direct_value(direct, "env_steps"), _direct_value(direct, "workers")
-    rate = num(get(ev, "summary", "suite", "nominal", "completion_rate", "estimate"))
-    reached = None if rate is None or wall is None else rate > 0
-    t = None
-    if reached is True:
-        t = wall
-    elif reached is False:
-        t = budget if budget is not None else wall
+    reached = get(ttq_direct, "reached") if isinstance(get(ttq_direct, "reached"), bool) else None
+    key = "t_to_quality" if reached else "not_reached_within"
+    t = num(get(ttq_direct, f"{key}_s")) if reached is not None else None
     rt = steps * dt / workers if steps is not None and workers and dt is not None else None
     return {
         "wall_s": wall,
@@ -143,9 +144,9 @@ def direct_cost(direct: Mapping[str, Any] | None, ev: Mapping[str, Any] | None, 
         "workers": workers,
         "env_steps_per_s": _direct_value(direct, "env_steps_per_s")
         or (steps / wall if steps is not None and wall else None),
-        "completion_nominal": rate,
         "reached": reached,
         "t_to_policy_s": t,
+        "real_time_t_s": num(get(ttq_direct, f"{key}_real_time_s")) if reached is not None else None,
         "text": duration(t) if reached else (f"not reached within {duration(t)}" if reached is False else DASH),
         "real_time_wall_s": rt,
         "real_time_factor_per_worker": steps * dt / workers / wall if rt is not None and wall else None,
@@ -153,22 +154,30 @@ def direct_cost(direct: Mapping[str, Any] | None, ev: Mapping[str, Any] | None, 
 
 
 def efficiency_block(
-    rows: Mapping[str, dict[str, Any]], collect: dict[str, Any], direct: dict[str, Any]
+    rows: Mapping[str, dict[str, Any]],
+    collect: dict[str, Any],
+    direct: dict[str, Any],
+    ttq: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """Per distilled policy: measured, and re-computed for a real-time source simulator."""
+    """Per distilled policy: measured, and re-computed for a real-time source. The times are claim 1's: the RL time
+    of the policy's first lap-completing checkpoint on the time-to-quality curves (t_to_quality_s minus the route's
+    collect + distill offset; distilled PPO never touches the source, so the same at real time) against direct's
+    (direct_cost); without those curves, not measured."""
     measured, real_time = {}, {}
     for name, r in rows.items():
         if r["kind"] in ("baseline", "selected"):
             continue
-        rate = r["policy"]["nominal"]["completion_rate"]
-        reached = None if rate is None or r["rl_wall_s"] is None else rate > 0
+        route = get(ttq, name)
+        reached = get(route, "reached") if isinstance(get(route, "reached"), bool) else None
+        t_q, offset = num(get(route, "t_to_quality_s")), num(get(route, "offset_s"))
+        t = t_q - offset if reached and t_q is not None and offset is not None else None
         dist = r["distill_wall_s"]
-        base = {"rl_wall_s": r["rl_wall_s"], "reached": reached, "distill_wall_s": dist}
+        base = {"rl_wall_s": r["rl_wall_s"], "rl_to_quality_s": t, "reached": reached, "distill_wall_s": dist}
         one = collect["wall_s"] + dist if collect["wall_s"] is not None and dist is not None else None
         measured[name] = {
             **base,
             "one_time_cost_s": one,
-            **efficiency(r["rl_wall_s"], reached, direct["t_to_policy_s"], direct["reached"], one),
+            **efficiency(t, reached, direct["t_to_policy_s"], direct["reached"], one),
         }
         one_rt = (
             collect["real_time_wall_s"] + dist if collect["real_time_wall_s"] is not None and dist is not None else None
@@ -176,7 +185,7 @@ def efficiency_block(
         real_time[name] = {
             **base,
             "one_time_cost_s": one_rt,
-            **efficiency(r["rl_wall_s"], reached, direct["real_time_wall_s"], direct["reached"], one_rt),
+            **efficiency(t, reached, direct.get("real_time_t_s"), direct["reached"], one_rt),
         }
     return {"families": measured, "real_time": real_time}
 

@@ -50,6 +50,7 @@ from s3.report.inputs import (
     BASELINES,
     control_dt,
     ensemble_records,
+    get,
     horizon_curves,
     json_names,
     order_names,
@@ -97,10 +98,11 @@ DEFINITIONS = {
     "is constant",
     "transfer_gap": "same policy, same track: source-simulator minus distilled-environment value (negative completion "
     "gap = completes less often in the source simulator; positive lap-time gap = slower there)",
-    "rl_wall_to_policy": "wall clock of the RL phase (train wall_s; with train.seeds > 1, that of all seeds, "
-    "trained side by side) of a policy whose nominal completion rate in the source simulator is > 0; otherwise 'not "
-    "reached'. For `direct` (PPO in the source simulator) its wall_s, or, when it never completes the nominal lap, "
-    "'not reached within budget B' and the speed-up is a lower bound (>= B / t_distilled)",
+    "rl_wall_to_policy": "the RL time to quality by claim 1's curves and criterion (records/time_to_quality.json): "
+    "the time of a policy's first checkpoint (its first seed's) that completes at least half of the time-to-quality "
+    "hold-out laps, minus its route's collection and distillation; 'not reached' when none does. For `direct` (PPO "
+    "in the source simulator) its time to quality, or, when it never gets there, 'not reached within B' (the time it "
+    "ran) and the speed-up is a lower bound (>= B / t_distilled). Without those curves: not measured",
     "speedup": "t_direct / t_distilled (RL phase only)",
     "one_time_cost": "collection wall clock (records/collect.json) + that family's distill wall clock (total_wall_s: "
     "data loading, training and the accuracy evaluation); paid once, shared by every policy trained on the model",
@@ -172,11 +174,11 @@ def build_report(
         )
         rows[name] = row
     collect = collect_cost(man, dt, read_json(metrics_dir / "collect.json", missing))
-    direct = direct_cost(read_json(t_dir / f"{DIRECT}.json", missing), evals.get(DIRECT), dt)
-    experiments = read_experiments(metrics_dir / "experiments")
     ttq = (
         read_json(metrics_dir / "time_to_quality.json", []) if (metrics_dir / "time_to_quality.json").exists() else None
     )
+    direct = direct_cost(read_json(t_dir / f"{DIRECT}.json", missing), get(ttq, DIRECT), dt)
+    experiments = read_experiments(metrics_dir / "experiments")
     report = {
         "claims": claims(evals, rows, families, experiments, ttq),
         "claim_rules": RULES,
@@ -191,7 +193,7 @@ def build_report(
             "control_dt": dt,
             "collect": collect,
             DIRECT: direct,
-            **efficiency_block(rows, collect, direct),
+            **efficiency_block(rows, collect, direct, ttq),
             "direct_budget_rule": (ttq or {}).get("budget_rule"),
         },  # s3.evaluate.time_to_quality checks it, once
         "definitions": DEFINITIONS,

@@ -35,7 +35,7 @@ def test_the_study_params_differ_only_in_k() -> None:
     moved = {
         ("train", "seeds"): (3, 5),
         ("train", "keep_checkpoints"): ("first", "all"),
-        ("evaluate", "time_to_quality_seed"): (7, 11),
+        ("time_to_quality", "seed"): (7, 11),
     }
     for (section, key), (old, new) in moved.items():
         assert (base[section].pop(key), study[section].pop(key)) == (old, new)

@@ -36,7 +36,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("s3.task",),  # 8
     ("s3.rl",),  # 9
     ("s3.evaluate",),  # 10
-    ("s3.report",),  # 11
+    ("s3.report", "s3.dagger"),  # 11 the report; DAgger rounds (a policy drives the collection)
     ("s3.platform",),  # 12 study, regress, workspace
     ("s3.cli", "s3.__main__"),  # 13
 ]

@@ -16,7 +16,7 @@ from s3.catalog import DIRECT, FAMILIES  # DIRECT: the policy trained in the sou
 from s3.compute.params import ComputeParams
 from s3.data.params import CollectParams
 from s3.dynamics.params import DistillParams
-from s3.evaluate.params import EvaluateParams
+from s3.evaluate.params import EvaluateParams, TimeToQualityParams
 from s3.platform.params import RegressParams
 from s3.rl.params import TrainParams
 from s3.sim.params import SimParams
@@ -71,6 +71,7 @@ class Params(BaseModel):
     distill: DistillParams = DistillParams()
     train: TrainParams = TrainParams()
     evaluate: EvaluateParams = EvaluateParams()
+    time_to_quality: TimeToQualityParams = TimeToQualityParams()
     regress: RegressParams = RegressParams()
     compute: ComputeParams = ComputeParams()
 

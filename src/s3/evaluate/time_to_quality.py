@@ -17,7 +17,7 @@ or bound (`seeds`), and `claim_route` names the route direct is compared with (t
 claim 1's censored test (s3.report.censored).
 
 The set. One fixed set of procedural hold-out tracks (s3.evaluate.holdout: generator seed
-`evaluate.time_to_quality_seed`, 7 by default, never used for training or validation), the same for both
+`time_to_quality.seed`, 7 by default, never used for training or validation), the same for both
 routes: 8 tracks x 2 evenly spaced starts = 16 runs at 5 m/s, in the one car (`sim.driver_aids`). Half the
 tracks carry heavy ice (3-6 patches of mu 0.1-0.3), half are dry: track i is the heavy-ice version when i %
 4 is 0 or 3, else the dry one, so that each surface gets two circuits and two spline blobs, one of each
@@ -118,7 +118,7 @@ def time_to_quality(
             plot_not_run(plot_path, reason)
         return {"not_run": reason}
     dt = float(params.sim.control_dt)
-    generator_seed = params.evaluate.time_to_quality_seed
+    generator_seed = params.time_to_quality.seed
     tracks = ttq_tracks(n_tracks, generator_seed)
     names = [n for n in params.policies() if n != DIRECT]
     rows = None  # the collected dataset's rows, as each distillation read it

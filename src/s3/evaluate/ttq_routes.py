@@ -247,7 +247,10 @@ def distilled_route(
     curve = _curve(
         entries, driven, rate, offset, lambda n: offset_rt + n / rate if rate and offset_rt is not None else None, walls
     )
-    steps = number_at(m, "train", "env_steps")
+    row = seed_row(m, seed)  # this seed's own steps: the seeds stop at different steps (the plateau rule)
+    steps = (
+        number_at(row, "env_steps") if number_at(row, "env_steps") is not None else number_at(m, "train", "env_steps")
+    )
     route = {
         "model": model,
         "seed": seed,

@@ -190,7 +190,8 @@ def _censored_test(ttq: Mapping[str, Any], statement: str) -> dict[str, Any] | N
     md, dd = (res["median_a_s"], res["median_a_reached"]), (res["median_b_s"], res["median_b_reached"])
     diff = dd[0] - md[0]  # direct's median minus the distilled route's: > 0 = the distilled route sooner
     if dd[1] and md[1]:
-        sooner, text = diff > 0, f"{abs(diff):.0f} s {'sooner' if diff > 0 else 'later'} (medians)"
+        sooner = None if diff == 0 else diff > 0
+        text = f"{abs(diff):.0f} s {'sooner' if diff > 0 else 'later' if diff < 0 else 'apart'} (medians)"
     elif md[1] and diff > 0:  # direct's median not reached: it is later than its largest time
         sooner, text = True, f"at least {diff:.0f} s sooner (direct's median not reached)"
     elif dd[1] and diff < 0:

@@ -110,7 +110,18 @@ def train_direct(
     budget_from: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """PPO in the source simulator for `budget_s` (default train.direct.budget_s), logging into `run`; see the module
-    docstring. `budget_from`: how the budget was set (s3.rl.route_budget), kept in the summary."""
+    docstring. `budget_from`: how the budget was set (s3.rl.route_budget), kept in the summary. One seed: with
+    train.direct.seeds > 1 the stage calls s3.rl.direct_seeds.train_direct_seeds, which checks the same way."""
+    checked = check(params, out_dir, metrics_dir, budget_s)
+    if isinstance(checked, dict):
+        return checked
+    return train_one_seed(params, Path(out_dir) / NAME, plots_dir, metrics_dir, checked, run, budget_from)
+
+
+def check(
+    params: Params, out_dir: str | Path, metrics_dir: str | Path | None, budget_s: float | None
+) -> float | dict[str, Any]:
+    """The budget to train for, or, when direct cannot run on this source simulator, the skipped summary (written)."""
     reason = skip_reason(params)
     if reason is not None:
         print(f"train direct: skipped: {reason}", file=sys.stderr, flush=True)
@@ -121,11 +132,7 @@ def train_direct(
     budget = float(budget)
     if not budget > 0:
         raise ValueError(f"train_direct: budget_s must be positive, got {budget_s}")
-    if params.train.direct.seeds > 1:
-        from s3.rl.direct_seeds import train_direct_seeds
-
-        return train_direct_seeds(params, Path(out_dir), plots_dir, metrics_dir, budget, run, budget_from)
-    return train_one_seed(params, Path(out_dir) / NAME, plots_dir, metrics_dir, budget, run, budget_from)
+    return budget
 
 
 def train_one_seed(

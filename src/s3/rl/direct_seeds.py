@@ -22,30 +22,34 @@ from typing import TYPE_CHECKING, Any
 
 from s3 import headline
 from s3.catalog import DIRECT
-from s3.io import json_safe
+from s3.io import json_safe, write_json_atomic
+from s3.rl.checkpoints import DIR
+from s3.rl.direct import check, train_one_seed
 from s3.rl.export import copy_policy
 from s3.tracking import Run
 
 if TYPE_CHECKING:
     from s3.config import Params
 
+DONE = "done.json"  # beside a finished run: its params key and summary (a killed stage resumes after it)
 CURVE_KEYS = ("env_steps", "wall_s", "val_score")  # what time to quality reads of each run's curve
 ROW_KEYS = ("wall_s", "env_steps", "env_steps_per_s", "iterations", "workers", "budget_s", "over_budget_s")
 
 
 def train_direct_seeds(
     params: Params,
-    out_dir: Path,
+    out_dir: str | Path,
     plots_dir: str | Path | None,
     metrics_dir: str | Path | None,
-    budget: float,
+    budget_s: float | None = None,
     run: Run | None = None,
     budget_from: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """K = train.direct.seeds runs of s3.rl.direct.train_one_seed (module docstring); returns the summary."""
-    from s3.rl.checkpoints import DIR
-    from s3.rl.direct import train_one_seed
-
+    """K = train.direct.seeds runs of s3.rl.direct.train_one_seed (module docstring); returns the summary. A run
+    finished with the same params and budget (its DONE file) is kept, so a killed stage resumes at the next seed."""
+    checked = check(params, out_dir, metrics_dir, budget_s)
+    if isinstance(checked, dict):
+        return checked  # skipped on this source simulator
     tp = params.train
     base, final = tp.seed, Path(out_dir) / DIRECT
     results: dict[int, dict[str, Any]] = {}
@@ -53,8 +57,14 @@ def train_direct_seeds(
         seed = base + i
         folder = final / "seeds" / f"seed{seed}"
         one = params.model_copy(update={"train": tp.model_copy(update={"seed": seed})})
+        key = {"train": one.train.model_dump(mode="json"), "sim": one.sim.model_dump(mode="json"), "budget_s": checked}
+        done = _done(folder, key)
+        if done is not None:
+            results[seed] = done
+            continue
         seed_run = run if i == 0 else None  # MLflow: the first run's curve (one step axis per run)
-        results[seed] = train_one_seed(one, folder, folder, None, budget, seed_run, budget_from, validation_seed=base)
+        results[seed] = train_one_seed(one, folder, folder, None, checked, seed_run, budget_from, validation_seed=base)
+        write_json_atomic(folder / DONE, {"key": key, "summary": results[seed]})
     table = [
         {
             "seed": s,
@@ -87,3 +97,14 @@ def train_direct_seeds(
     if metrics_dir is not None:
         headline.write_record(Path(metrics_dir) / f"{DIRECT}.json", summary, headline.train)
     return summary
+
+
+def _done(folder: Path, key: dict[str, Any]) -> dict[str, Any] | None:
+    """The summary of a run finished in `folder` with these params and budget, else None."""
+    import json
+
+    try:
+        saved = json.loads((folder / DONE).read_text())
+    except (OSError, ValueError):
+        return None
+    return saved["summary"] if saved.get("key") == json_safe(key) and (folder / "policy.json").exists() else None

@@ -320,8 +320,8 @@ class TrainParams(_Section):
         return self
 
     def for_policy(self, name: str) -> TrainParams:
-        """These params with `per_policy[name]` merged in (the oracle always observes the surface;
-        `direct` always trains one seed: its budget is the wall clock of the whole machine)."""
+        """These params with `per_policy[name]` merged in (the oracle always observes the surface; `direct`'s
+        `seeds` is 1: its runs are `direct.seeds`, one after another, each with the whole machine's wall clock)."""
         tree = _merge(self.model_dump(exclude={"per_policy"}), self.per_policy.get(name, {}))
         if observes_surface(name):
             tree["env"]["surface_label"] = True

@@ -75,6 +75,8 @@ def _train(
 
             route = route_budget(Path(metrics_dir).parent, tp.direct.route, root.model_of(tp.direct.route))
         budget = route["budget_s"] if route is not None else tp.direct.budget_s
+        if tp.direct.seeds > 1:
+            from s3.rl.direct_seeds import train_direct_seeds as train_direct
         return train_direct(
             root.model_copy(update={"train": tp}), out_dir, plots_dir, metrics_dir, budget, run, budget_from=route
         )

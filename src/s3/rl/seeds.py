@@ -88,7 +88,10 @@ def _finished(folder: Path, params: TrainParams, model_folder: Path, validation_
     except (OSError, ValueError):
         return None
     same_model = meta.get("dynamics_model", {}).get("sha256") == file_sha256(model_folder / "model.safetensors")
-    saved = {k: v for k, v in (meta.get("params") or {}).items() if k not in SELECTION_ONLY}
+    try:  # through the params class: a key added later at its default is the same training
+        saved = TrainParams.model_validate(meta.get("params") or {}).model_dump(mode="json", exclude=SELECTION_ONLY)
+    except ValueError:
+        return None
     tracks = [VALIDATION_SEED_BASE + validation_seed * 1000 + i for i in range(params.tracks.validation_tracks)]
     same_tracks = meta.get("validation", {}).get("track_seeds") == tracks
     complete = all((folder / f).exists() for f in (WEIGHTS, EXPORT))

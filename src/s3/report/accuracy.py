@@ -156,7 +156,7 @@ def accuracy(
     """Claim 3's primary row (inversions), then its secondary (association) unless role is a sensitivity."""
     ms = models(rows, evals, families, graded)
     k = min((len(seed_means(m.seeds)) for m in ms.values()), default=None)
-    n = f"{len(ms)} models ({sum(n not in families for n in ms)} graded-accuracy variants), K >= {k}"
+    n = f"{len(ms)} models ({sum(n not in families for n in ms)} graded-accuracy variants)"  # k: the fewest seeds
     statement = "some more accurate model (lower ADE 2 s) trains decidedly worse policies (lap share)"
     detail = {"models": {n: {"ade_2s": m.ade, "quality": m.quality, "exploitation_gap": m.gap} for n, m in ms.items()}}
     pairs = inversions(ms) if len(ms) >= 2 else []

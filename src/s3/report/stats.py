@@ -117,7 +117,9 @@ def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
     va, vb = (np.array([float(x) for x in v if x is not None and math.isfinite(float(x))]) for v in (a, b))
     if len(va) < 2 or len(vb) < 2 or (np.var(va) == 0 and np.var(vb) == 0):
         return None
-    return float(stats.ttest_ind(va, vb, equal_var=False).pvalue)
+    with warnings.catch_warnings():  # nearly equal seeds: scipy warns of precision loss; the p stands
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.ttest_ind(va, vb, equal_var=False).pvalue)
 
 
 def holm(p_values: Sequence[float | None]) -> list[float | None]:

@@ -1,4 +1,4 @@
-"""The claims' rules (s3.report.claims, smoothness, accuracy): Holm, the bootstrap p, the laps both complete,
+"""The claims' rules (s3.report.claims, smoothness, accuracy): Holm, Welch's p, the laps both complete,
 claim 3's inversions and its within-family permutation, the sensitivity rows, and the docs' rules = the code's."""
 
 from __future__ import annotations

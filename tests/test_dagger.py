@@ -104,3 +104,63 @@ def test_a_models_error_on_the_rows_the_policy_drove(rounds: tuple[Path, Path, P
     assert "ade_3s" not in err  # beyond the horizon asked for
     with pytest.raises(ValueError, match="no window"):
         model_error(tmp_path / "bicycle", one, horizon_s=30.0)
+
+
+def test_the_dagger_stage_runs_rounds_and_records_each(bicycle, tmp_path: Path) -> None:
+    """dagger@<policy> (s3.dagger.stage): round 1 drives with train@<policy>'s policy, measures its model's error on
+    those rows, distils the family on data + round, trains again, and both policies get the same source hold-out."""
+    import json
+
+    from s3.config import Params
+    from s3.dagger.stage import dagger_stage
+    from s3.dynamics.checkpoint import save_checkpoint
+    from s3.rl.export import META
+
+    quick = load_params(ROOT / "params_quick.yaml")
+    base = collect_round(quick, _follower(tmp_path), tmp_path / "data" / "rollouts", 5, 8, ice_fraction=0.5).parent
+    save_checkpoint(bicycle, tmp_path / "models" / "bicycle")
+    tree = quick.model_dump(mode="json")
+    tree["collect"]["out_dir"] = str(base)
+    tree["train"].update(seeds=1, seed_selection="model")
+    tree["dagger"].update(policies=["bicycle"], rounds=1, episodes=EPISODES, noise=0.2)
+    params = Params.model_validate(tree)
+    (tmp_path / "policies").mkdir()
+    _follower(tmp_path).rename(tmp_path / "policies" / "bicycle")  # train@bicycle's policy, as the stage finds it
+
+    record = dagger_stage(params, "bicycle", tmp_path)
+
+    zero, one = record["rounds"]
+    assert (zero["round"], one["round"]) == (0, 1) and "error_on_own_rows" not in one  # no round 2 drove it
+    assert zero["error_on_own_rows"]["windows"] > 0 and zero["error_on_own_rows"]["ade_2s"] > 0.0
+    rows = tmp_path / "data" / "dagger" / "bicycle" / "round1"
+    who = read_manifest(rows)["provenance"]
+    assert who["policy"] == "bicycle" and who["round"] == 1 and who["action_noise"] == 0.2
+    assert set(load_rollouts(rows)["episode"]) <= set(range(ROUND_OFFSET, ROUND_OFFSET + EPISODES))
+    # the round's model read the round beside the data: its episodes are in its training split only
+    split = json.loads((tmp_path / "models" / "dagger" / "bicycle" / "round1" / "bicycle" / "model.json").read_text())
+    split = split["extra"]["split"]
+    assert set(load_rollouts(rows)["episode"]) <= set(split["train"])
+    assert all(e >= 5 * ROUND_OFFSET for e in split["val"] + split["test"])  # the base data's episodes only
+    meta = json.loads((tmp_path / "policies" / "dagger" / "bicycle" / "round1" / "bicycle" / META).read_text())
+    assert meta["family"] == "bicycle" and one["policy"].endswith("round1/bicycle")
+    for r in (zero, one):  # both on the same hold-out runs in the source
+        assert 0.0 <= r["source"]["score"] <= 1.0 and r["source"]["tracks"] == params.train.source_validation_tracks
+    headline = json.loads((tmp_path / "metrics" / "dagger" / "bicycle.json").read_text())
+    assert headline["round0.source"] == pytest.approx(zero["source"]["score"], rel=1e-3)  # headlines keep 4 digits
+    assert headline["round1.source"] == pytest.approx(one["source"]["score"], rel=1e-3)
+    assert headline["round0.ade_2s_own_rows"] == pytest.approx(zero["error_on_own_rows"]["ade_2s"], rel=1e-3)
+    assert zero["source"]["score"] > 0.9  # the centreline follower laps the hold-out; a 6-iteration policy does not
+
+
+def _follower(tmp: Path) -> Path:
+    folder = tmp / "follower"
+    if not folder.exists():
+        follower_policy(folder)
+    return folder
+
+
+def test_dagger_params_name_the_offending_key() -> None:
+    with pytest.raises(ValueError, match="dagger.policies: 'nope'"):
+        load_params(ROOT / "params_quick.yaml", ["dagger.policies=[nope]"])
+    with pytest.raises(ValueError, match="rounds"):
+        load_params(ROOT / "params_quick.yaml", ["dagger.rounds=0"])

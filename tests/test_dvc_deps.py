@@ -197,3 +197,31 @@ def test_stage_deps_cover_the_source_it_runs(stage: str) -> None:
         f"dvc.yaml: {stage} (`s3 {command}`) runs these files but lists none of them or their folders as deps: "
         f"{missing}"
     )
+
+
+def test_the_dagger_stage_deps_cover_the_source_it_runs(tmp_path) -> None:
+    """dagger@<policy> exists only when params.yaml names a policy (`dagger.policies`, empty by default): resolve
+    dvc.yaml with one named, in a copy, and check that stage as every other."""
+    import yaml
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+
+    Repo.init(str(tmp_path), no_scm=True)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    name = next(iter(params["families"]))
+    params["dagger"]["policies"] = [name]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    (tmp_path / "dvc.yaml").write_text((ROOT / "dvc.yaml").read_text())
+    (tmp_path / "src" / "s3").mkdir(parents=True)
+    (tmp_path / "src" / "s3" / "catalog.py").write_text((SRC / "s3" / "catalog.py").read_text())
+    with Repo(str(tmp_path)) as repo:
+        stage = next(st for st in repo.index.stages if st.name == f"dagger@{name}")
+        deps = [ROOT / d.def_path for d in stage.deps if not isinstance(d, ParamsDependency)]
+        assert stage.cmd.split()[1] == "dagger-rounds"
+    missing = sorted(
+        str(f.relative_to(ROOT))
+        for f in (_file(m) for m in stage_modules("dagger-rounds") if not _inert(m))
+        if not any(f == d or d in f.parents for d in deps)
+    )
+    assert not missing, f"dvc.yaml: dagger@{name} runs these files but lists none of them or their folders: {missing}"
+    assert ROOT / "policies" / name in deps  # the policy that drives round 1 (its policy.json pins its model)

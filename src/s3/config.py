@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from s3.catalog import DIRECT, FAMILIES  # DIRECT: the policy trained in the source simulator itself (train_direct)
 from s3.compute.params import ComputeParams
+from s3.dagger.params import DaggerParams
 from s3.data.params import CollectParams
 from s3.dynamics.params import DistillParams
 from s3.evaluate.params import EvaluateParams, TimeToQualityParams
@@ -72,6 +73,7 @@ class Params(BaseModel):
     train: TrainParams = TrainParams()
     evaluate: EvaluateParams = EvaluateParams()
     time_to_quality: TimeToQualityParams = TimeToQualityParams()
+    dagger: DaggerParams = DaggerParams()
     regress: RegressParams = RegressParams()
     compute: ComputeParams = ComputeParams()
 
@@ -107,6 +109,10 @@ class Params(BaseModel):
                 f"train.direct.route: {route!r} is not one of the families ({', '.join(self.families)}): its "
                 "collect, distill and train records set direct's budget"
             )
+        for name in self.dagger.policies:
+            if name not in self.models():
+                known = ", ".join(self.models())
+                raise ValueError(f"dagger.policies: {name!r} is not a policy trained in a model ({known})")
         for name in self.train.per_policy:
             if name not in self.policies():
                 raise ValueError(f"train.per_policy.{name}: not one of the policies ({', '.join(self.policies())})")

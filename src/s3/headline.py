@@ -177,6 +177,19 @@ def time_to_quality(record: Mapping[str, Any]) -> Headline:
     return clean(out)
 
 
+def dagger(record: Mapping[str, Any]) -> Headline:
+    """records/dagger/<policy>.json: per round r (0 = train@<policy>'s policy), the kept policy's lap share on
+    the procedural hold-out in the source (`round<r>.source`, its dry and icy runs apart), and the 2-s ADE (m) of
+    the model it trained in on the rows it drove (`round<r>.ade_2s_own_rows`, where the next round measured it)."""
+    out: dict[str, Any] = {}
+    for row in record.get("rounds") or []:
+        r, src = f"round{row.get('round')}", row.get("source") or {}
+        out.update({f"{r}.source": src.get("score"), f"{r}.source_dry": src.get("score_dry")})
+        out[f"{r}.source_ice"] = src.get("score_ice")
+        out[f"{r}.ade_2s_own_rows"] = _get(row, "error_on_own_rows", "ade_2s")
+    return clean(out)
+
+
 def report(record: Mapping[str, Any]) -> Headline:
     """records/report.json: per claim, its first (primary) row's effect and 95 % interval, and how
     many of its rows hold of how many."""

@@ -151,6 +151,38 @@ def time_to_quality(params: ParamsPath = Path("params.yaml"), set_: Overrides = 
         console.print(f"-> {TTQ_RECORD}, {TTQ_PLOT}", highlight=False)
 
 
+@app.command("dagger-rounds")
+def dagger_rounds(
+    policy: Annotated[str, typer.Option(help="a policy trained in a model (dagger.policies: the stage's)")],
+    params: ParamsPath = Path("params.yaml"),
+    set_: Overrides = None,
+    quiet: Quiet = False,
+) -> None:
+    """`dagger.rounds` DAgger-style rounds for one policy: drive, re-distil, re-train (stage dagger@<policy>).
+
+    Writes data/dagger/<policy>/, models/dagger/<policy>/, policies/dagger/<policy>/ and
+    records/dagger/<policy>.json: per round the model's error on the rows the policy drove and the policy's
+    lap share on the procedural hold-out in the source (s3.dagger.stage)."""
+    from s3.dagger.stage import dagger_stage
+
+    p = load(params, set_)
+    train = p.train.model_copy(update={"progress_bar": p.train.progress_bar and not quiet})
+    root = p.model_copy(update={"train": train})
+    with one_line_errors():
+        record = dagger_stage(root, policy)
+
+    def f(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    for r in record["rounds"]:
+        src, err = r["source"], (r.get("error_on_own_rows") or {}).get("ade_2s")
+        console.print(
+            f"round {r['round']}: hold-out lap share in the source {f(src['score'])} (dry {f(src['score_dry'])}, ice "
+            f"{f(src['score_ice'])}); its model's 2-s ADE on the rows it drove {f(err)} m",
+            highlight=False,
+        )
+
+
 from s3.cli import tools  # noqa: E402  (registers the tool commands on `app`)
 
 __all__ = ["app", "main", "tools"]

@@ -35,21 +35,29 @@ from s3.workers import forkserver_context, prestart
 
 
 def train_one(
-    name: str, root: Any, models_dir: str | Path, out_dir: str | Path, plots_dir: str | Path, metrics_dir: str | Path
+    name: str,
+    root: Any,
+    models_dir: str | Path,
+    out_dir: str | Path,
+    plots_dir: str | Path,
+    metrics_dir: str | Path,
+    track: bool = True,
 ) -> dict[str, Any]:
-    """Train the policy `name` with `root.train.for_policy(name)`, logged to MLflow; returns its summary."""
+    """Train the policy `name` with `root.train.for_policy(name)`, logged to MLflow (`track`: into its family
+    run; False: not at all, for a policy that is not the stage's own, e.g. a DAgger round's); returns its summary."""
     if (
         name != DIRECT and root.train.for_policy(name).seeds > 1
     ):  # the seed workers' forkserver imports while this process does (s3.workers)
         prestart(forkserver_context(TRAIN_WORKER_PRELOAD))
-    run = tracking.family_run_safely(name)
+    run = tracking.family_run_safely(name) if track else None
     try:
         summary = _train(name, root, models_dir, out_dir, plots_dir, metrics_dir, run)
     except BaseException:
         if run is not None:
             run.finish("FAILED")
         raise
-    tracking.log_train(root, name, summary, run=run)
+    if track:
+        tracking.log_train(root, name, summary, run=run)
     return summary
 
 

@@ -1,0 +1,88 @@
+"""The dagger stage: `dagger.rounds` DAgger-style rounds for one policy (dvc.yaml `dagger@<policy>`).
+
+    dagger_stage(params, name) -> record   (records/dagger/<name>.json, metrics/dagger/<name>.json)
+
+Round r (1, 2, ...) starts from the latest policy (round 1: policies/<name>/, what train@<name> kept)
+and the model it trained in (models/<family>/):
+1. the policy drives `dagger.episodes` collection episodes in the source (s3.dagger.round), noisy by
+   `dagger.noise`, `dagger.ice_fraction` of them icy: data/dagger/<name>/round<r>/;
+2. that model's open-loop error on those rows: its error on the policy's own state distribution
+   (s3.dagger.error; the same ADE as distillation's test metrics);
+3. the family is distilled again on the collected data plus rounds 1..r (`distill.extra_rollouts`; the
+   rounds' episodes only train, so the test split is the base one): models/dagger/<name>/round<r>/;
+4. the policy trains again in that model, with the train params of train@<name> (K seeds, the same
+   seed choice): policies/dagger/<name>/round<r>/<name>/.
+Every policy of the record, round 0's included, is also driven in the source on the procedural hold-out
+(s3.rl.source_selection: `train.source_validation_tracks` tracks x the validation starts, never an
+evaluation circuit), so the rounds' scores compare on one set of runs. Nothing is logged to MLflow:
+the family's runs hold train@<name>'s policy, and the record is the stage's DVC metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from s3 import headline
+from s3.config import Params
+from s3.dagger.error import model_error
+from s3.dagger.round import collect_round
+from s3.dynamics.distill import distill_many
+from s3.rl.source_selection import source_scores
+from s3.rl.stage import train_one
+
+DATA, MODELS, POLICIES, RECORDS = Path("data/dagger"), Path("models/dagger"), Path("policies/dagger"), Path("records")
+
+
+def _source(params: Params, name: str, policy_dir: Path) -> dict[str, Any]:
+    """The exported policy in `policy_dir` on the procedural hold-out in the source: score, dry, ice, runs."""
+    s = source_scores([policy_dir], params, params.train.for_policy(name))[0]
+    return {k: s.get(k) for k in ("score", "score_dry", "score_ice", "runs_dry", "runs_ice", "car_steps", "tracks")}
+
+
+def _model_error(model_dir: Path, rows: Path) -> dict[str, Any]:
+    err = model_error(model_dir, rows)
+    return {k: v for k, v in err.items() if k not in ("model", "rollouts")}
+
+
+def dagger_stage(params: Params, name: str, root: Path = Path(".")) -> dict[str, Any]:
+    """Run `params.dagger.rounds` rounds for policy `name` under `root` (module docstring); return the record."""
+    dp, family = params.dagger, params.model_of(name)  # ParamsError for a policy not trained in a model
+    policy, model = root / "policies" / name, root / "models" / family
+    base_extra = list(params.distill.extra_rollouts)
+    record: dict[str, Any] = {
+        "policy": name,
+        "family": family,
+        "dagger": dp.model_dump(mode="json"),
+        "rounds": [{"round": 0, "policy": str(policy), "model": str(model), "source": _source(params, name, policy)}],
+    }
+    rows_so_far: list[str] = []
+    for r in range(1, dp.rounds + 1):
+        t0 = time.perf_counter()
+        rows = root / DATA / name / f"round{r}"
+        manifest = collect_round(params, policy, rows, r, dp.episodes, dp.ice_fraction, dp.noise)
+        record["rounds"][-1]["error_on_own_rows"] = _model_error(model, rows)  # the model the driver trained in
+        rows_so_far.append(str(rows))
+        p = params.model_copy(
+            update={"distill": params.distill.model_copy(update={"extra_rollouts": base_extra + rows_so_far})}
+        )
+        models_r, policies_r = root / MODELS / name / f"round{r}", root / POLICIES / name / f"round{r}"
+        distilled = distill_many([family], Path(params.collect.out_dir), models_r, models_r, models_r, p.distill)
+        trained = train_one(name, p, models_r, policies_r, policies_r, policies_r / "records", track=False)
+        policy, model = policies_r / name, models_r / family
+        record["rounds"].append(
+            {
+                "round": r,
+                "rows": str(rows),
+                "manifest": str(manifest),
+                "policy": str(policy),
+                "model": str(model),
+                "distill_test_ade_2s": headline.distill(distilled[family]).get("ade_2s"),
+                "train": headline.train(trained),
+                "source": _source(p, name, policy),
+                "wall_s": round(time.perf_counter() - t0, 1),
+            }
+        )
+    headline.write_record(root / RECORDS / "dagger" / f"{name}.json", record, headline.dagger)
+    return record

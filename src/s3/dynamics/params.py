@@ -72,7 +72,8 @@ class DistillParams(_Section):
     extra_rollouts: list[str] = Field(
         default_factory=list,
         description="rollout folders read beside the collected data (DAgger rounds, s3.dagger.round: rows where a "
-        "policy drove); their episodes join the same train/val/test split. [] = the collected data alone",
+        "policy drove); their episodes only train, the split of the collected data stays as without them. [] = the "
+        "collected data alone",
     )
     val_fraction: float = Field(0.1, gt=0.0, lt=0.5, description="share of episodes for validation")
     test_fraction: float = Field(0.1, gt=0.0, lt=0.5, description="share of episodes held out for metrics")

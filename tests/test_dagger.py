@@ -121,7 +121,6 @@ def test_the_dagger_stage_runs_rounds_and_records_each(bicycle, tmp_path: Path) 
     save_checkpoint(bicycle, tmp_path / "models" / "bicycle")
     tree = quick.model_dump(mode="json")
     tree["collect"]["out_dir"] = str(base)
-    tree["train"].update(seeds=1, seed_selection="model")
     tree["dagger"].update(policies=["bicycle"], rounds=1, episodes=EPISODES, noise=0.2)
     params = Params.model_validate(tree)
     (tmp_path / "policies").mkdir()
@@ -143,6 +142,14 @@ def test_the_dagger_stage_runs_rounds_and_records_each(bicycle, tmp_path: Path) 
     assert all(e >= 5 * ROUND_OFFSET for e in split["val"] + split["test"])  # the base data's episodes only
     meta = json.loads((tmp_path / "policies" / "dagger" / "bicycle" / "round1" / "bicycle" / META).read_text())
     assert meta["family"] == "bicycle" and one["policy"].endswith("round1/bicycle")
+    trained = json.loads(
+        (tmp_path / "policies" / "dagger" / "bicycle" / "round1" / "records" / "bicycle.json").read_text()
+    )
+    sel = trained["seed_selection"]  # params_quick: 2 seeds chosen in the source, whose measurement the round keeps
+    assert sel["in"] == "source" and len(sel["seeds"]) == params.train.seeds == 2
+    assert one["source"]["score"] == next(
+        r["source"]["score"] for r in sel["seeds"] if r["seed"] == sel["selected_seed"]
+    )
     for r in (zero, one):  # both on the same hold-out runs in the source
         assert 0.0 <= r["source"]["score"] <= 1.0 and r["source"]["tracks"] == params.train.source_validation_tracks
     headline = json.loads((tmp_path / "metrics" / "dagger" / "bicycle.json").read_text())

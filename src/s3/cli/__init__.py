@@ -167,7 +167,8 @@ def dagger_rounds(
 
     p = load(params, set_)
     train = p.train.model_copy(update={"progress_bar": p.train.progress_bar and not quiet})
-    root = p.model_copy(update={"train": train})
+    distill = p.distill.model_copy(update={"progress_bar": p.distill.progress_bar and not quiet})
+    root = p.model_copy(update={"train": train, "distill": distill})
     with one_line_errors():
         record = dagger_stage(root, policy)
 

@@ -35,10 +35,17 @@ from s3.rl.stage import train_one
 DATA, MODELS, POLICIES, RECORDS = Path("data/dagger"), Path("models/dagger"), Path("policies/dagger"), Path("records")
 
 
-def _source(params: Params, name: str, policy_dir: Path) -> dict[str, Any]:
-    """The exported policy in `policy_dir` on the procedural hold-out in the source: score, dry, ice, runs."""
-    s = source_scores([policy_dir], params, params.train.for_policy(name))[0]
-    return {k: s.get(k) for k in ("score", "score_dry", "score_ice", "runs_dry", "runs_ice", "car_steps", "tracks")}
+SOURCE_KEYS = ("score", "score_dry", "score_ice", "runs_dry", "runs_ice", "car_steps", "tracks")
+
+
+def _source(params: Params, name: str, policy_dir: Path, trained: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The exported policy in `policy_dir` on the procedural hold-out in the source: score, dry, ice, runs. When
+    `trained` (its train summary) already drove the kept seed there (`train.seed_selection: source`: the same
+    tracks and starts, s3.rl.source_selection), that measurement."""
+    sel = (trained or {}).get("seed_selection") or {}
+    kept = [r["source"] for r in sel.get("seeds", []) if r["seed"] == sel.get("selected_seed") and "source" in r]
+    s = kept[0] if kept else source_scores([policy_dir], params, params.train.for_policy(name))[0]
+    return {k: s.get(k) for k in SOURCE_KEYS}
 
 
 def _model_error(model_dir: Path, rows: Path) -> dict[str, Any]:
@@ -80,7 +87,7 @@ def dagger_stage(params: Params, name: str, root: Path = Path(".")) -> dict[str,
                 "model": str(model),
                 "distill_test_ade_2s": headline.distill(distilled[family]).get("ade_2s"),
                 "train": headline.train(trained),
-                "source": _source(p, name, policy),
+                "source": _source(p, name, policy, trained),
                 "wall_s": round(time.perf_counter() - t0, 1),
             }
         )

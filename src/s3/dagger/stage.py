@@ -75,7 +75,7 @@ def dagger_stage(params: Params, name: str, root: Path = Path(".")) -> dict[str,
             update={"distill": params.distill.model_copy(update={"extra_rollouts": base_extra + rows_so_far})}
         )
         models_r, policies_r = root / MODELS / name / f"round{r}", root / POLICIES / name / f"round{r}"
-        distilled = distill_many([family], Path(params.collect.out_dir), models_r, models_r, models_r, p.distill)
+        distilled = distill_many([family], root / params.collect.out_dir, models_r, models_r, models_r, p.distill)
         trained = train_one(name, p, models_r, policies_r, policies_r, policies_r / "records", track=False)
         policy, model = policies_r / name, models_r / family
         record["rounds"].append(

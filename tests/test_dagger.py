@@ -150,6 +150,9 @@ def test_the_dagger_stage_runs_rounds_and_records_each(bicycle, tmp_path: Path) 
     assert one["source"]["score"] == next(
         r["source"]["score"] for r in sel["seeds"] if r["seed"] == sel["selected_seed"]
     )
+    # every seed of the round, with its source hold-out: the seed is the unit of the round's quality
+    assert [s["seed"] for s in one["seeds"]] == [r["seed"] for r in sel["seeds"]]
+    assert [s["source"]["score_ice"] for s in one["seeds"]] == [r["source"]["score_ice"] for r in sel["seeds"]]
     for r in (zero, one):  # both on the same hold-out runs in the source
         assert 0.0 <= r["source"]["score"] <= 1.0 and r["source"]["tracks"] == params.train.source_validation_tracks
     headline = json.loads((tmp_path / "metrics" / "dagger" / "bicycle.json").read_text())

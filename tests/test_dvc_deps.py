@@ -218,6 +218,8 @@ def test_the_dagger_stage_deps_cover_the_source_it_runs(tmp_path) -> None:
         stage = next(st for st in repo.index.stages if st.name == f"dagger@{name}")
         deps = [ROOT / d.def_path for d in stage.deps if not isinstance(d, ParamsDependency)]
         assert stage.cmd.split()[1] == "dagger-rounds"
+        report = next(st for st in repo.index.stages if st.name == "report")
+        assert stage in repo.index.graph.successors(report)  # the report reads its record: it runs after it
     missing = sorted(
         str(f.relative_to(ROOT))
         for f in (_file(m) for m in stage_modules("dagger-rounds") if not _inert(m))

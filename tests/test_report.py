@@ -639,3 +639,49 @@ def test_a_lever_keeps_its_overrides_when_plain_has_not_run() -> None:
 
     only = {"ensemble": _lever({"distill.ddm.members": 5}, [0.9], [1.0], 1.0, members=5)}
     assert lever_rows(only, {})[0]["overrides"] == {"train.seeds": 3, "distill.ddm.members": 5}
+
+
+def _dagger_seed(seed: int, in_model: float, dry: float | None, ice: float | None) -> dict[str, Any]:
+    src = {"source": {"score": None, "score_dry": dry, "score_ice": ice}} if dry is not None else {}
+    return {"seed": seed, "validation_score": in_model, **src}
+
+
+def test_the_dagger_section_reads_every_round(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """records/dagger/<policy>.json -> one row per round: the kept policy's hold-out, the seeds' (round 0's from
+    records/train), the model's error on the rows its policy drove beside its test error; nothing without a record."""
+    monkeypatch.setattr(rp, "log_report_mlflow", lambda *a, **k: None)
+    console = Console(file=None, width=200)
+    rep = rp.report(ws / "metrics", ws / "reports", ws / "plots" / "report", console=console)
+    assert rep["dagger"] == [] and "DAgger" not in (ws / "reports" / "report.md").read_text()
+    m = ws / "metrics"
+    train = json.loads((m / "train" / "ddm.json").read_text())
+    train["seed_selection"] = {"seeds": [_dagger_seed(0, 0.7, 1.0, 0.5), _dagger_seed(1, 0.6, 0.9, 0.4)]}
+    _write(m / "train" / "ddm.json", train)
+    kept0 = {"score": 0.7, "score_dry": 1.0, "score_ice": 0.5, "runs_dry": 22, "runs_ice": 42}
+    kept1 = {"score": 0.8, "score_dry": 1.0, "score_ice": 0.7, "runs_dry": 22, "runs_ice": 42}
+    record = {
+        "policy": "ddm",
+        "family": "ddm",
+        "rounds": [
+            {"round": 0, "source": kept0, "error_on_own_rows": {"ade_2s": 0.9}},
+            {
+                "round": 1,
+                "source": kept1,
+                "distill_test_ade_2s": 0.19,
+                "seeds": [_dagger_seed(s, 0.8, 1.0, x) for s, x in enumerate((0.7, 0.6, 0.8))],
+                "wall_s": 1200.0,
+            },
+        ],
+    }
+    _write(m / "dagger" / "ddm.json", record)
+    rep = rp.report(ws / "metrics", ws / "reports", ws / "plots" / "report", console=console)
+    zero, one = rep["dagger"]
+    assert (zero["round"], one["round"]) == (0, 1)
+    assert zero["seeds"]["source_ice"] == pytest.approx({"mean": 0.45, "min": 0.4, "max": 0.5, "n": 2})
+    assert zero["ade_2s_own_rows"] == 0.9 and zero["ade_2s_test"] == pytest.approx(ADE2["ddm"])  # distill@ddm's
+    assert one["seeds"]["source_ice"] == pytest.approx({"mean": 0.7, "min": 0.6, "max": 0.8, "n": 3})
+    assert one["ade_2s_own_rows"] is None and one["ade_2s_test"] == 0.19 and one["kept"]["score_ice"] == 0.7
+    md = (ws / "reports" / "report.md").read_text()
+    assert "## DAgger rounds" in md
+    assert "| ddm | 0 | 1.00 / 0.50 (22 / 42) | 0.65 [0.60, 0.70] (n=2) |" in md
+    assert "| 0.70 [0.60, 0.80] (n=3) | — / 0.190 | 20.0 |" in md

@@ -36,6 +36,7 @@ DATA, MODELS, POLICIES, RECORDS = Path("data/dagger"), Path("models/dagger"), Pa
 
 
 SOURCE_KEYS = ("score", "score_dry", "score_ice", "runs_dry", "runs_ice", "car_steps", "tracks")
+SEED_KEYS = ("seed", "validation_score", "validation_score_dry", "env_steps", "stopped_by", "wall_s")
 
 
 def _source(params: Params, name: str, policy_dir: Path, trained: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -46,6 +47,18 @@ def _source(params: Params, name: str, policy_dir: Path, trained: dict[str, Any]
     kept = [r["source"] for r in sel.get("seeds", []) if r["seed"] == sel.get("selected_seed") and "source" in r]
     s = kept[0] if kept else source_scores([policy_dir], params, params.train.for_policy(name))[0]
     return {k: s.get(k) for k in SOURCE_KEYS}
+
+
+def _seeds(trained: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every trained seed's in-model hold-out score, end and cost, and its source hold-out score where the seed
+    choice measured it (`train.seed_selection: source`): the round's quality with the seed as the unit."""
+    out = []
+    for s in (trained.get("seed_selection") or {}).get("seeds") or []:
+        row = {k: s.get(k) for k in SEED_KEYS}
+        if s.get("source"):
+            row["source"] = {k: s["source"].get(k) for k in SOURCE_KEYS}
+        out.append(row)
+    return out
 
 
 def _model_error(model_dir: Path, rows: Path) -> dict[str, Any]:
@@ -87,6 +100,7 @@ def dagger_stage(params: Params, name: str, root: Path = Path(".")) -> dict[str,
                 "model": str(model),
                 "distill_test_ade_2s": headline.distill(distilled[family]).get("ade_2s"),
                 "train": headline.train(trained),
+                "seeds": _seeds(trained),
                 "source": _source(p, name, policy, trained),
                 "wall_s": round(time.perf_counter() - t0, 1),
             }

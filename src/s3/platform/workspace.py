@@ -43,6 +43,9 @@ RESULTS = (
 )
 
 
+REPORT_FOLDERS = ("experiments", "dagger")  # records/<folder>: report deps that stages may leave without results
+
+
 def source_files(src: Path) -> list[str]:
     """Tracked plus untracked-but-not-ignored files of the git repository at `src`, less results."""
     out = subprocess.run(
@@ -73,10 +76,11 @@ def prepare_workspace(
         local.write_text(f"[cache]\n    dir = {src / '.dvc' / 'cache'}\n")
     else:
         local.unlink(missing_ok=True)
-    experiments = dest / "records" / "experiments"  # the report's dep on the study's results: there, empty of results
-    experiments.mkdir(parents=True, exist_ok=True)
-    if (src / "records" / "experiments" / "README.md").exists() and not (experiments / "README.md").exists():
-        shutil.copy2(src / "records" / "experiments" / "README.md", experiments / "README.md")
+    for folder in REPORT_FOLDERS:  # the report's deps on the study's results and the DAgger rounds: there, empty
+        there = dest / "records" / folder
+        there.mkdir(parents=True, exist_ok=True)
+        if (src / "records" / folder / "README.md").exists() and not (there / "README.md").exists():
+            shutil.copy2(src / "records" / folder / "README.md", there / "README.md")
     if params_file is not None:
         p = Path(params_file)
         shutil.copy2(p if p.is_absolute() else src / p, dest / "params.yaml")

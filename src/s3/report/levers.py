@@ -28,7 +28,7 @@ def _seed_scores(train: Mapping[str, Any], key: str) -> list[float]:
     return [float(s["source"][key]) for s in seeds if (s.get("source") or {}).get(key) is not None]
 
 
-def _spread(xs: list[float]) -> dict[str, Any]:
+def spread(xs: list[float]) -> dict[str, Any]:
     if not xs:
         return {"mean": None, "min": None, "max": None, "n": 0}
     return {"mean": sum(xs) / len(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
@@ -52,8 +52,8 @@ def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mappin
             {
                 "variant": name,
                 "overrides": {k: x for k, x in (v.get("params") or {}).items() if k not in shared},
-                "holdout_ice": _spread(_seed_scores(train, "score_ice")),
-                "holdout_dry": _spread(_seed_scores(train, "score_dry")),
+                "holdout_ice": spread(_seed_scores(train, "score_ice")),
+                "holdout_dry": spread(_seed_scores(train, "score_dry")),
                 "suite_ice_completion": _suite(ev, "ice", "completion_rate"),
                 "suite_nominal_completion": _suite(ev, "nominal", "completion_rate"),
                 "suite_ice_lap_time_s": _suite(ev, "ice", "lap_time_s"),

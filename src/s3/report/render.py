@@ -24,7 +24,7 @@ from s3.catalog import DIRECT
 from s3.report.cost import DASH, duration
 from s3.report.cost import interval_text as _interval
 from s3.report.render_claims import CLAIM_COLUMNS, claim_rows, claims_section
-from s3.report.render_levers import lever_section
+from s3.report.render_levers import dagger_section, lever_section
 from s3.report.rows import CONDITIONS, CORRELATED, ERROR_METRICS
 
 
@@ -288,6 +288,7 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
         _md_table(EFF_COLUMNS, efficiency_rows(report)),
         "\n".join(f"- {line}" for line in cost_lines(report)),
         *lever_section(report.get("levers") or [], _md_table),
+        *dagger_section(report.get("dagger") or [], _md_table),
         "## Definitions",
         "\n".join(f"- **{k}**: {v}" for k, v in report["definitions"].items()),
     ]

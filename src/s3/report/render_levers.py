@@ -1,4 +1,5 @@
-"""The ice levers' section of reports/report.md (rows: s3.report.levers), in render.py's formats."""
+"""The ice levers' sections of reports/report.md, in render.py's formats: the `ice` experiment set (rows:
+s3.report.levers) and the DAgger rounds (rows: s3.report.dagger)."""
 
 from __future__ import annotations
 
@@ -70,4 +71,54 @@ def lever_section(levers: list[Mapping[str, Any]], md_table: Callable[[Any, list
         "Chosen on the icy procedural hold-out in the source (every training seed, its range and n); the "
         "evaluation suite reports only. Costs on the machine that ran the set.",
         md_table(LEVER_COLUMNS, lever_rows_md(levers)),
+    ]
+
+
+DAGGER_COLUMNS = (
+    "policy",
+    "round",
+    "kept policy: hold-out dry / ice (runs)",
+    "seeds: in-model hold-out",
+    "seeds: source dry",
+    "seeds: source ice",
+    "model ADE 2 s (m): rows its policy drove / test",
+    "round (min)",
+)
+
+
+def _num(x: Any, digits: int = 2) -> str:
+    return DASH if x is None else f"{x:.{digits}f}"
+
+
+def dagger_rows_md(rows: list[Mapping[str, Any]]) -> list[list[str]]:
+    out = []
+    for r in rows:
+        k, s = r["kept"], r["seeds"]
+        runs = f" ({k['runs_dry']} / {k['runs_ice']})" if k.get("runs_dry") is not None else ""
+        out.append(
+            [
+                r["policy"],
+                str(r["round"]),
+                f"{_num(k.get('score_dry'))} / {_num(k.get('score_ice'))}{runs}",
+                _holdout(s["in_model"]),
+                _holdout(s["source_dry"]),
+                _holdout(s["source_ice"]),
+                f"{_num(r.get('ade_2s_own_rows'), 3)} / {_num(r.get('ade_2s_test'), 3)}",
+                _minutes(r.get("wall_s")),
+            ]
+        )
+    return out
+
+
+def dagger_section(rows: list[Mapping[str, Any]], md_table: Callable[[Any, list[list[str]]], str]) -> list[str]:
+    """The DAgger rounds' section (s3.report.dagger), or nothing when no dagger stage ran."""
+    if not rows:
+        return []
+    return [
+        "## DAgger rounds (stage `dagger@<policy>`)",
+        "Round 0 is the policy train@<policy> kept; round r re-distilled on the data plus the rows the policies of "
+        "rounds 0..r-1 drove in the source, then re-trained. Hold-out: procedural tracks in the source (never an "
+        "evaluation circuit); seeds' mean [min, max] (n). The model's error on the rows its policy drove is measured "
+        "by the next round (none after the last).",
+        md_table(DAGGER_COLUMNS, dagger_rows_md(rows)),
     ]

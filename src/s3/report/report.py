@@ -4,7 +4,8 @@
 
 joins `records/distill/<family>.json` (prediction accuracy), `records/eval/<name>.json` (policy
 quality back in the source simulator), `records/train/<name>.json` (RL wall clock), the
-rollout manifest (rows) and `records/collect.json` (collection wall clock) into one report, and writes
+rollout manifest (rows), `records/collect.json` (collection wall clock), the experiment sets
+(`records/experiments/<set>/`) and the DAgger rounds (`records/dagger/<policy>.json`) into one report, and writes
 
     records/report.json                      everything below, strict JSON (null = not measured)
     reports/report.md                        the tables, the definitions, links to the figures
@@ -25,6 +26,7 @@ This module joins and writes; each step has its own module:
     claims.py   the paper's claims with their verdicts (statistics: stats.py)
     cost.py     efficiency: collection and direct PPO costs, speed-up, break-even
     levers.py   the ice levers' rows (the `ice` experiment set)
+    dagger.py   the DAgger rounds' rows (the dagger@<policy> stages)
     render.py   the tables and lines as text, rich tables, reports/report.md
     plots.py    the accuracy-vs-quality figure
     mlflow.py   the MLflow runs
@@ -46,6 +48,7 @@ from s3.catalog import DIRECT, FAMILIES, FAMILY, ORACLE_KIND
 from s3.io import json_safe, write_text_atomic
 from s3.report.claims import RULES, claims
 from s3.report.cost import collect_cost, direct_cost, efficiency_block
+from s3.report.dagger import dagger_rows
 from s3.report.inputs import (
     BASELINES,
     control_dt,
@@ -184,6 +187,7 @@ def build_report(
         "claim_rules": RULES,
         "experiments": {k: sorted(v) for k, v in experiments.items()},
         "levers": lever_rows(experiments.get(LEVER_SET, {}), evals),
+        "dagger": dagger_rows(metrics_dir),
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({platform.machine()}, {platform.system()}, {os.cpu_count()} CPUs)",
         "metrics_dir": str(metrics_dir),

@@ -1,0 +1,65 @@
+"""The DAgger rounds' rows: one per round of every `dagger@<policy>` stage (records/dagger/<policy>.json).
+
+    dagger_rows(records_dir) -> [row, ...]      (records_dir: records/, with dagger/, train/, distill/)
+
+Round 0 is train@<policy>'s policy, in the model distill@<family> made (its seeds: records/train/<policy>.json,
+its model's test error: records/distill/<family>.json); round r >= 1 re-distilled on the data plus the rows
+rounds 1..r drove, and re-trained. Each row: the kept policy's lap share on the procedural hold-out in the source
+(dry and icy runs apart, with their n); the trained seeds' in-model and (where the seed choice measured them)
+source hold-out scores, mean with their range and n (the seed is the unit of a policy's quality); the model's 2-s
+ADE on the rows its policy drove in the next round (its error on the policy's own state distribution; the last
+round's policy drove none) beside its ADE on the base data's test episodes; the round's wall clock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from s3 import headline
+from s3.report.inputs import read_json
+from s3.report.levers import spread
+
+DAGGER = "dagger"  # records/<DAGGER>/<policy>.json: the dagger stage's records
+
+
+def _seed_spreads(seeds: list[dict[str, Any]]) -> dict[str, Any]:
+    def source(key: str) -> list[float]:
+        return [float(s["source"][key]) for s in seeds if (s.get("source") or {}).get(key) is not None]
+
+    in_model = [float(s["validation_score"]) for s in seeds if s.get("validation_score") is not None]
+    dry, ice = spread(source("score_dry")), spread(source("score_ice"))
+    return {"in_model": spread(in_model), "source_dry": dry, "source_ice": ice}
+
+
+def _row(policy: str, r: dict[str, Any], seeds: list[dict[str, Any]], test_ade: float | None) -> dict[str, Any]:
+    src = r.get("source") or {}
+    return {
+        "policy": policy,
+        "round": r.get("round"),
+        "kept": {k: src.get(k) for k in ("score", "score_dry", "score_ice", "runs_dry", "runs_ice")},
+        "seeds": _seed_spreads(seeds),
+        "ade_2s_own_rows": (r.get("error_on_own_rows") or {}).get("ade_2s"),
+        "ade_2s_test": test_ade,
+        "wall_s": r.get("wall_s"),
+    }
+
+
+def dagger_rows(records_dir: Path) -> list[dict[str, Any]]:
+    """Every round of every records/dagger/<policy>.json, in policy then round order; [] when none ran."""
+    rows: list[dict[str, Any]] = []
+    for path in sorted((Path(records_dir) / DAGGER).glob("*.json")):
+        record = read_json(path, [])
+        if not record:
+            continue
+        policy, family = record.get("policy", path.stem), record.get("family")
+        for r in record.get("rounds") or []:
+            if r.get("round") == 0:
+                trained = read_json(Path(records_dir) / "train" / f"{policy}.json", []) or {}
+                seeds = (trained.get("seed_selection") or {}).get("seeds") or []
+                distilled = read_json(Path(records_dir) / "distill" / f"{family}.json", []) if family else None
+                test_ade = headline.distill(distilled).get("ade_2s") if distilled else None
+            else:
+                seeds, test_ade = r.get("seeds") or [], r.get("distill_test_ade_2s")
+            rows.append(_row(policy, r, seeds, test_ade))
+    return rows

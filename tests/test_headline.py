@@ -49,14 +49,20 @@ def test_write_record_writes_the_record_and_its_headline(tmp_path):
 
 def test_train_counts_seeds_a_wall_clock_cap_stopped():
     seeds = [
-        {"validation_score": 0.5, "stopped_by": "max_env_steps"},
-        {"validation_score": 0.7, "stopped_by": "max_minutes", "source": {"score": 0.4}},
+        {"validation_score": 0.5, "validation_score_dry": 0.9, "stopped_by": "max_env_steps"},
+        {"validation_score": 0.7, "validation_score_dry": 1.0, "stopped_by": "max_minutes", "source": {"score": 0.4}},
     ]
+    seeds[1]["source"] |= {"score_dry": 0.8, "score_ice": 0.2}
     h = headline.train({"seed_selection": {"seeds": seeds, "wall_s": 9.0}, "train": {"env_steps": 100}})
     assert h == {
         "env_steps": 100,
         "score_in_model": 0.6,
         "score_in_source": 0.4,
+        "nominal_in_model": 0.95,
+        "nominal_in_model_min": 0.9,  # the worst seed: issue #37's rule reads every seed
+        "nominal_in_source": 0.8,
+        "nominal_in_source_min": 0.8,
+        "ice_in_source": 0.2,
         "plateau_seeds": 0,
         "seeds": 2,
         "truncated_seeds": 1,

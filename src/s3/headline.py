@@ -76,6 +76,11 @@ def _mean(xs: Iterable[Any]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _min(xs: Iterable[Any]) -> float | None:
+    vals = [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)]
+    return min(vals) if vals else None
+
+
 def _interval(est: Any) -> dict[str, Any]:
     """An interval record ({estimate, ci95: [lo, hi] or "[lo, hi]"}) as (value, lo, hi)."""
     ci = _get(est, "ci95")
@@ -112,7 +117,8 @@ def distill(record: Mapping[str, Any]) -> Headline:
 def train(record: Mapping[str, Any]) -> Headline:
     """records/train/<policy>.json: the validation score on held-out procedural tracks, mean over
     seeds, inside the model (`score_in_model`) and in the source (`score_in_source`, where measured), and
-    the same on the tracks without a friction patch (`nominal_in_model`, `nominal_in_source`);
+    the same on the tracks without a friction patch (`nominal_in_model`, `nominal_in_source`) with the worst
+    seed's (`..._min`: every seed counts) and, in the source, on the icy ones (`ice_in_source`);
     the kept seed's env steps; the stage's wall clock (s, every seed); why the seeds ended:
     `truncated_seeds` (the wall-clock safety cap stopped them), `plateau_seeds` (their validation
     score stopped improving), the rest at the step budget (a record without each seed's reason:
@@ -130,6 +136,9 @@ def train(record: Mapping[str, Any]) -> Headline:
                 "score_in_source": _mean(_get(s, "source", "score") for s in seeds),
                 "nominal_in_model": _mean(s.get("validation_score_dry") for s in seeds),
                 "nominal_in_source": _mean(_get(s, "source", "score_dry") for s in seeds),
+                "nominal_in_model_min": _min(s.get("validation_score_dry") for s in seeds),
+                "nominal_in_source_min": _min(_get(s, "source", "score_dry") for s in seeds),
+                "ice_in_source": _mean(_get(s, "source", "score_ice") for s in seeds),
                 "env_steps": train_.get("env_steps"),
                 "wall_s": _get(record, "seed_selection", "wall_s") or train_.get("wall_s"),
                 "seeds": len(seeds),

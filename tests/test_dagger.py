@@ -131,20 +131,22 @@ def test_the_dagger_stage_runs_rounds_and_records_each(bicycle, tmp_path: Path) 
     zero, one = record["rounds"]
     assert (zero["round"], one["round"]) == (0, 1) and "error_on_own_rows" not in one  # no round 2 drove it
     assert zero["error_on_own_rows"]["windows"] > 0 and zero["error_on_own_rows"]["ade_2s"] > 0.0
-    rows = tmp_path / "data" / "dagger" / "bicycle" / "round1"
+    here = tmp_path / "dagger" / "bicycle" / "round1"  # everything of the round, outside policies/ and models/
+    rows = here / "rows"
     who = read_manifest(rows)["provenance"]
     assert who["policy"] == "bicycle" and who["round"] == 1 and who["action_noise"] == 0.2
     assert set(load_rollouts(rows)["episode"]) <= set(range(ROUND_OFFSET, ROUND_OFFSET + EPISODES))
     # the round's model read the round beside the data: its episodes are in its training split only
-    split = json.loads((tmp_path / "models" / "dagger" / "bicycle" / "round1" / "bicycle" / "model.json").read_text())
+    split = json.loads((here / "models" / "bicycle" / "model.json").read_text())
     split = split["extra"]["split"]
     assert set(load_rollouts(rows)["episode"]) <= set(split["train"])
     assert all(e >= 5 * ROUND_OFFSET for e in split["val"] + split["test"])  # the base data's episodes only
-    meta = json.loads((tmp_path / "policies" / "dagger" / "bicycle" / "round1" / "bicycle" / META).read_text())
-    assert meta["family"] == "bicycle" and one["policy"].endswith("round1/bicycle")
-    trained = json.loads(
-        (tmp_path / "policies" / "dagger" / "bicycle" / "round1" / "records" / "bicycle.json").read_text()
-    )
+    meta = json.loads((here / "policies" / "bicycle" / META).read_text())
+    assert meta["family"] == "bicycle" and one["policy"].endswith("round1/policies/bicycle")
+    for kind in ("policies", "models"):  # train@'s and distill@'s alone: time_to_quality reads all of policies/
+        assert sorted(p.name for p in (tmp_path / kind).iterdir()) == ["bicycle"]
+    assert zero["seeds"] == []  # the follower was not trained: no seeds, and round 0's score is measured
+    trained = json.loads((here / "policies" / "records" / "bicycle.json").read_text())
     sel = trained["seed_selection"]  # params_quick: 2 seeds chosen in the source, whose measurement the round keeps
     assert sel["in"] == "source" and len(sel["seeds"]) == params.train.seeds == 2
     assert one["source"]["score"] == next(

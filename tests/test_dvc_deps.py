@@ -220,6 +220,8 @@ def test_the_dagger_stage_deps_cover_the_source_it_runs(tmp_path) -> None:
         assert stage.cmd.split()[1] == "dagger-rounds"
         report = next(st for st in repo.index.stages if st.name == "report")
         assert stage in repo.index.graph.successors(report)  # the report reads its record: it runs after it
+        ttq = next(st for st in repo.index.stages if st.name == "time_to_quality")
+        assert stage not in repo.index.graph.successors(ttq)  # its policies lie outside policies/, which ttq reads
     missing = sorted(
         str(f.relative_to(ROOT))
         for f in (_file(m) for m in stage_modules("dagger-rounds") if not _inert(m))

@@ -647,23 +647,25 @@ def _dagger_seed(seed: int, in_model: float, dry: float | None, ice: float | Non
 
 
 def test_the_dagger_section_reads_every_round(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """records/dagger/<policy>.json -> one row per round: the kept policy's hold-out, the seeds' (round 0's from
-    records/train), the model's error on the rows its policy drove beside its test error; nothing without a record."""
+    """records/dagger/<policy>.json -> one row per round: the kept policy's hold-out, its seeds', the model's error
+    on the rows its policy drove beside its test error (round 0's: records/distill); nothing without a record."""
     monkeypatch.setattr(rp, "log_report_mlflow", lambda *a, **k: None)
     console = Console(file=None, width=200)
     rep = rp.report(ws / "metrics", ws / "reports", ws / "plots" / "report", console=console)
     assert rep["dagger"] == [] and "DAgger" not in (ws / "reports" / "report.md").read_text()
     m = ws / "metrics"
-    train = json.loads((m / "train" / "ddm.json").read_text())
-    train["seed_selection"] = {"seeds": [_dagger_seed(0, 0.7, 1.0, 0.5), _dagger_seed(1, 0.6, 0.9, 0.4)]}
-    _write(m / "train" / "ddm.json", train)
     kept0 = {"score": 0.7, "score_dry": 1.0, "score_ice": 0.5, "runs_dry": 22, "runs_ice": 42}
     kept1 = {"score": 0.8, "score_dry": 1.0, "score_ice": 0.7, "runs_dry": 22, "runs_ice": 42}
     record = {
         "policy": "ddm",
         "family": "ddm",
         "rounds": [
-            {"round": 0, "source": kept0, "error_on_own_rows": {"ade_2s": 0.9}},
+            {
+                "round": 0,
+                "source": kept0,
+                "seeds": [_dagger_seed(0, 0.7, 1.0, 0.5), _dagger_seed(1, 0.6, 0.9, 0.4)],
+                "error_on_own_rows": {"ade_2s": 0.9},
+            },
             {
                 "round": 1,
                 "source": kept1,

@@ -71,13 +71,17 @@ def _get(d: Any, *path: str) -> Any:
     return d
 
 
+def _finite(xs: Iterable[Any]) -> list[float]:
+    return [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)]
+
+
 def _mean(xs: Iterable[Any]) -> float | None:
-    vals = [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)]
+    vals = _finite(xs)
     return sum(vals) / len(vals) if vals else None
 
 
 def _min(xs: Iterable[Any]) -> float | None:
-    vals = [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)]
+    vals = _finite(xs)
     return min(vals) if vals else None
 
 

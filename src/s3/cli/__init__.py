@@ -160,7 +160,7 @@ def dagger_rounds(
 ) -> None:
     """`dagger.rounds` DAgger-style rounds for one policy: drive, re-distil, re-train (stage dagger@<policy>).
 
-    Writes data/dagger/<policy>/, models/dagger/<policy>/, policies/dagger/<policy>/ and
+    Writes dagger/<policy>/round<r>/ (rows, models, policies) and
     records/dagger/<policy>.json: per round the model's error on the rows the policy drove and the policy's
     lap share on the procedural hold-out in the source (s3.dagger.stage)."""
     from s3.dagger.stage import dagger_stage

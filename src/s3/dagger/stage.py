@@ -3,23 +3,26 @@
     dagger_stage(params, name) -> record   (records/dagger/<name>.json, metrics/dagger/<name>.json)
 
 Round r (1, 2, ...) starts from the latest policy (round 1: policies/<name>/, what train@<name> kept)
-and the model it trained in (models/<family>/):
+and the model it trained in (models/<family>/); everything it writes lies under dagger/<name>/round<r>/:
 1. the policy drives `dagger.episodes` collection episodes in the source (s3.dagger.round), noisy by
-   `dagger.noise`, `dagger.ice_fraction` of them icy: data/dagger/<name>/round<r>/;
+   `dagger.noise`, `dagger.ice_fraction` of them icy: rows/;
 2. that model's open-loop error on those rows: its error on the policy's own state distribution
    (s3.dagger.error; the same ADE as distillation's test metrics);
 3. the family is distilled again on the collected data plus rounds 1..r (`distill.extra_rollouts`; the
-   rounds' episodes only train, so the test split is the base one): models/dagger/<name>/round<r>/;
+   rounds' episodes only train, so the test split is the base one): models/<family>/;
 4. the policy trains again in that model, with the train params of train@<name> (K seeds, the same
-   seed choice): policies/dagger/<name>/round<r>/<name>/.
-Every policy of the record, round 0's included, is also driven in the source on the procedural hold-out
+   seed choice): policies/<name>/ (every seed's record: policies/records/).
+Every round's kept policy, round 0's included, is scored on the procedural hold-out in the source
 (s3.rl.source_selection: `train.source_validation_tracks` tracks x the validation starts, never an
-evaluation circuit), so the rounds' scores compare on one set of runs. Nothing is logged to MLflow:
-the family's runs hold train@<name>'s policy, and the record is the stage's DVC metrics.
+evaluation circuit), so the rounds compare on one set of runs: the seed choice's measurement where it made
+one (`train.seed_selection: source`; round 0's from its policy.json), else a measurement of the kept policy.
+The record keeps every trained seed of every round. Nothing is logged to MLflow: the family's runs hold
+train@<name>'s policy, and the record is the stage's DVC metrics. A non-finite error is recorded as null.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -29,10 +32,12 @@ from s3.config import Params
 from s3.dagger.error import model_error
 from s3.dagger.round import collect_round
 from s3.dynamics.distill import distill_many
+from s3.io import json_safe
+from s3.rl.export import META
 from s3.rl.source_selection import source_scores
 from s3.rl.stage import train_one
 
-DATA, MODELS, POLICIES, RECORDS = Path("data/dagger"), Path("models/dagger"), Path("policies/dagger"), Path("records")
+OUT, RECORDS = Path("dagger"), Path("records")  # dagger/<policy>/round<r>/{rows,models,policies}/, records/dagger/
 
 
 SOURCE_KEYS = ("score", "score_dry", "score_ice", "runs_dry", "runs_ice", "car_steps", "tracks")
@@ -70,24 +75,26 @@ def dagger_stage(params: Params, name: str, root: Path = Path(".")) -> dict[str,
     """Run `params.dagger.rounds` rounds for policy `name` under `root` (module docstring); return the record."""
     dp, family = params.dagger, params.model_of(name)  # ParamsError for a policy not trained in a model
     policy, model = root / "policies" / name, root / "models" / family
+    kept = {"seed_selection": json.loads((policy / META).read_text()).get("seed_selection") or {}}  # train@<name>'s
     base_extra = list(params.distill.extra_rollouts)
+    zero = {"round": 0, "policy": str(policy), "model": str(model), "seeds": _seeds(kept)}
     record: dict[str, Any] = {
         "policy": name,
         "family": family,
         "dagger": dp.model_dump(mode="json"),
-        "rounds": [{"round": 0, "policy": str(policy), "model": str(model), "source": _source(params, name, policy)}],
+        "rounds": [{**zero, "source": _source(params, name, policy, kept)}],
     }
     rows_so_far: list[str] = []
     for r in range(1, dp.rounds + 1):
         t0 = time.perf_counter()
-        rows = root / DATA / name / f"round{r}"
+        here = root / OUT / name / f"round{r}"
+        rows, models_r, policies_r = here / "rows", here / "models", here / "policies"
         manifest = collect_round(params, policy, rows, r, dp.episodes, dp.ice_fraction, dp.noise)
         record["rounds"][-1]["error_on_own_rows"] = _model_error(model, rows)  # the model the driver trained in
         rows_so_far.append(str(rows))
         p = params.model_copy(
             update={"distill": params.distill.model_copy(update={"extra_rollouts": base_extra + rows_so_far})}
         )
-        models_r, policies_r = root / MODELS / name / f"round{r}", root / POLICIES / name / f"round{r}"
         distilled = distill_many([family], root / params.collect.out_dir, models_r, models_r, models_r, p.distill)
         trained = train_one(name, p, models_r, policies_r, policies_r, policies_r / "records", track=False)
         policy, model = policies_r / name, models_r / family
@@ -105,5 +112,6 @@ def dagger_stage(params: Params, name: str, root: Path = Path(".")) -> dict[str,
                 "wall_s": round(time.perf_counter() - t0, 1),
             }
         )
+    record = json_safe(record)  # a model that diverges on the policy's rows gives an inf error: null, not NaN
     headline.write_record(root / RECORDS / "dagger" / f"{name}.json", record, headline.dagger)
     return record

@@ -2,8 +2,8 @@
 
     dagger_rows(records_dir) -> [row, ...]      (records_dir: records/, with dagger/, train/, distill/)
 
-Round 0 is train@<policy>'s policy, in the model distill@<family> made (its seeds: records/train/<policy>.json,
-its model's test error: records/distill/<family>.json); round r >= 1 re-distilled on the data plus the rows
+Round 0 is train@<policy>'s policy, in the model distill@<family> made (its test error:
+records/distill/<family>.json); round r >= 1 re-distilled on the data plus the rows
 rounds 1..r drove, and re-trained. Each row: the kept policy's lap share on the procedural hold-out in the source
 (dry and icy runs apart, with their n); the trained seeds' in-model and (where the seed choice measured them)
 source hold-out scores, mean with their range and n (the seed is the unit of a policy's quality); the model's 2-s
@@ -18,17 +18,14 @@ from typing import Any
 
 from s3 import headline
 from s3.report.inputs import read_json
-from s3.report.levers import spread
+from s3.report.levers import seed_scores, spread
 
 DAGGER = "dagger"  # records/<DAGGER>/<policy>.json: the dagger stage's records
 
 
 def _seed_spreads(seeds: list[dict[str, Any]]) -> dict[str, Any]:
-    def source(key: str) -> list[float]:
-        return [float(s["source"][key]) for s in seeds if (s.get("source") or {}).get(key) is not None]
-
     in_model = [float(s["validation_score"]) for s in seeds if s.get("validation_score") is not None]
-    dry, ice = spread(source("score_dry")), spread(source("score_ice"))
+    dry, ice = spread(seed_scores(seeds, "score_dry")), spread(seed_scores(seeds, "score_ice"))
     return {"in_model": spread(in_model), "source_dry": dry, "source_ice": ice}
 
 
@@ -54,12 +51,9 @@ def dagger_rows(records_dir: Path) -> list[dict[str, Any]]:
             continue
         policy, family = record.get("policy", path.stem), record.get("family")
         for r in record.get("rounds") or []:
-            if r.get("round") == 0:
-                trained = read_json(Path(records_dir) / "train" / f"{policy}.json", []) or {}
-                seeds = (trained.get("seed_selection") or {}).get("seeds") or []
+            test_ade = r.get("distill_test_ade_2s")
+            if r.get("round") == 0:  # distill@<family>'s model
                 distilled = read_json(Path(records_dir) / "distill" / f"{family}.json", []) if family else None
                 test_ade = headline.distill(distilled).get("ade_2s") if distilled else None
-            else:
-                seeds, test_ade = r.get("seeds") or [], r.get("distill_test_ade_2s")
-            rows.append(_row(policy, r, seeds, test_ade))
+            rows.append(_row(policy, r, r.get("seeds") or [], test_ade))
     return rows

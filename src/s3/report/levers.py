@@ -23,8 +23,8 @@ SET = "ice"  # records/experiments/<SET>/, studies/<SET>.yaml
 PLAIN = "plain"  # the set's variant without a lever: its overrides are the set's own
 
 
-def _seed_scores(train: Mapping[str, Any], key: str) -> list[float]:
-    seeds = (train.get("seed_selection") or {}).get("seeds") or []
+def seed_scores(seeds: list[Mapping[str, Any]], key: str) -> list[float]:
+    """Each seed's source hold-out score `key` (score, score_dry, score_ice), where the seed choice measured it."""
     return [float(s["source"][key]) for s in seeds if (s.get("source") or {}).get(key) is not None]
 
 
@@ -52,8 +52,8 @@ def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mappin
             {
                 "variant": name,
                 "overrides": {k: x for k, x in (v.get("params") or {}).items() if k not in shared},
-                "holdout_ice": spread(_seed_scores(train, "score_ice")),
-                "holdout_dry": spread(_seed_scores(train, "score_dry")),
+                "holdout_ice": spread(seed_scores(seeds, "score_ice")),
+                "holdout_dry": spread(seed_scores(seeds, "score_dry")),
                 "suite_ice_completion": _suite(ev, "ice", "completion_rate"),
                 "suite_nominal_completion": _suite(ev, "nominal", "completion_rate"),
                 "suite_ice_lap_time_s": _suite(ev, "ice", "lap_time_s"),

@@ -119,3 +119,13 @@ def test_the_families_and_policies_come_from_params_yaml(tmp_path: Path, monkeyp
     assert result.exit_code == 2 and "(params.yaml: families, policies_in_models; direct)" in result.output, (
         result.output
     )
+
+
+def test_the_source_hold_out_cannot_ask_more_tracks_than_validation_has() -> None:
+    """The seed choice in the source drives the first `source_validation_tracks` of the in-model validation
+    tracks: asking for more is an error naming the key, not a silent cap."""
+    source = ["train.seed_selection=source", "train.source_validation_tracks=96"]
+    with pytest.raises(ParamsError, match=r"train.source_validation_tracks: 96 \(\w+\) is more than .*\(32\)"):
+        load_params(ROOT / "params.yaml", source)
+    assert load_params(ROOT / "params.yaml", [*source, "train.tracks.validation_tracks=96"]).train.tracks
+    assert load_params(ROOT / "params.yaml", source[1:]).train.source_validation_tracks == 96  # unused: no error

@@ -113,6 +113,14 @@ class Params(BaseModel):
             if name not in self.models():
                 known = ", ".join(self.models())
                 raise ValueError(f"dagger.policies: {name!r} is not a policy trained in a model ({known})")
+        for name in self.models():  # the source hold-out is the first of the in-model validation tracks
+            tp = self.train.for_policy(name)
+            if tp.seed_selection == "source" and tp.source_validation_tracks > tp.tracks.validation_tracks:
+                raise ValueError(
+                    f"train.source_validation_tracks: {tp.source_validation_tracks} ({name}) is more than "
+                    f"train.tracks.validation_tracks ({tp.tracks.validation_tracks}): the source hold-out is the "
+                    "first of those tracks"
+                )
         for name in self.train.per_policy:
             if name not in self.policies():
                 raise ValueError(f"train.per_policy.{name}: not one of the policies ({', '.join(self.policies())})")

@@ -234,7 +234,11 @@ class TrainParams(_Section):
         "(s3.rl.source_selection; a sim.backend whose cars step side by side)",
     )
     source_validation_tracks: int = Field(
-        16, ge=1, le=4096, description="validation tracks driven in the source when seed_selection is 'source'"
+        16,
+        ge=1,
+        le=4096,
+        description="validation tracks driven in the source when seed_selection is 'source': the first of "
+        "tracks.validation_tracks, so at most that many (s3.config says so)",
     )
     keep_checkpoints: Literal["first", "all"] = Field(
         "first",

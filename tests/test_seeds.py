@@ -217,7 +217,12 @@ def test_source_selection_falls_back_to_the_model_with_beamng(
         return {"seed_selection": {"selected_seed": 1, "in": "source" if scorer is not None else "model"}}
 
     monkeypatch.setattr(s3.rl.seeds, "train_seeds", train_seeds)
-    train = {**TINY, "seeds": 2, "seed_selection": "source"}
+    train = {
+        **TINY,
+        "seeds": 2,
+        "seed_selection": "source",
+        "source_validation_tracks": TINY["tracks"]["validation_tracks"],
+    }
     summary = train_one(
         "bicycle",
         Params.model_validate({"sim": {"backend": "beamng"}, "train": train}),

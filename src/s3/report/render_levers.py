@@ -87,7 +87,7 @@ DAGGER_COLUMNS = (
 
 
 def _num(x: Any, digits: int = 2) -> str:
-    return DASH if x is None else f"{x:.{digits}f}"
+    return _interval(x, None, digits=digits)  # a number without a band (— when not measured)
 
 
 def dagger_rows_md(rows: list[Mapping[str, Any]]) -> list[list[str]]:

@@ -52,7 +52,27 @@ def test_holdout_command_prints_json_and_names_a_bad_family(tmp_path: Path, monk
     assert bad.exit_code != 0 and "--family" in bad.output and "lorry" in bad.output
     wet = CliRunner().invoke(app, ["holdout", "--surface", "wet"])
     assert wet.exit_code == 2 and "--surface: 'wet' is not one of heavy_ice, dry" in wet.output
-    res = CliRunner().invoke(app, ["holdout", "--surface", "dry", "--tracks", "1", "--json"])
+    res = CliRunner().invoke(app, ["holdout", "--surface", "dry", "--tracks", "1", "--pursuit", "4", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert list(out["drivers"]) == ["pid"] and out["drivers"]["pid"]["laps"] == 2 and out["seed"] == HOLDOUT_SEED
+    assert list(out["drivers"]) == ["pid", "pursuit_4"] and out["seed"] == HOLDOUT_SEED
+    pid, follower = out["drivers"]["pid"], out["drivers"]["pursuit_4"]
+    assert pid["laps"] == 2 and follower["laps"] == 2 and follower["lap_time_vs_pid"] > 1.0  # blind: slower
+
+
+@pytest.mark.slow  # nightly (make test-all): six source laps, two of them slow
+def test_a_blind_follower_that_takes_corners_gently_laps_the_heavy_ice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--pursuit`: the same follower at 0.8 m/s^2 laps both heavy-ice runs of the first held-out track,
+    well behind the pid that knows the ice; at 4 m/s^2 it leaves the road on both (measured: 2 of 2 at
+    2.4x the pid's lap time, 0 of 2)."""
+    shutil.copy(Path(__file__).parents[1] / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["holdout", "--tracks", "1", "--pursuit", "0.8", "--pursuit", "4", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout.strip().splitlines()[-1])["drivers"]
+    assert list(rows) == ["pid", "pursuit_0.8", "pursuit_4"]
+    gentle, brisk = rows["pursuit_0.8"], rows["pursuit_4"]
+    assert gentle["laps"] == 2 and gentle["lap_time_vs_pid"] > 1.5
+    assert brisk["laps"] == 0 and brisk["ends"] == {"off_track": 2} and brisk["mean_completion"] < 0.9

@@ -94,6 +94,12 @@ def holdout(
     seed: Annotated[
         int, typer.Option(help="generator seed of the held-out tracks (training validates on train.seed)")
     ] = 7,
+    pursuit: Annotated[
+        list[float] | None,
+        typer.Option(
+            min=0.1, max=20.0, help="also a blind centerline follower at this lateral acceleration (m/s^2); repeatable"
+        ),
+    ] = None,
     as_json: AsJson = False,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
@@ -107,7 +113,7 @@ def holdout(
 
     p = load(params, set_)
     with one_line_errors():
-        result = holdout_stage(p, family, POLICIES_DIR, surface, n_tracks=tracks, seed=seed)
+        result = holdout_stage(p, family, POLICIES_DIR, surface, n_tracks=tracks, seed=seed, pursuit=pursuit or ())
     if as_json:
         print(json.dumps(result))
         return

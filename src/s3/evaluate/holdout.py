@@ -17,7 +17,7 @@ These are the "16 heavy-ice procedural runs" the README's decisions cite.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,11 @@ import torch
 from s3.catalog import PID
 from s3.evaluate.drivers import PidDriver
 from s3.evaluate.run import run_lap
+from s3.rl.controllers import PurePursuit
 from s3.rl.params import TrackPoolParams
 from s3.rl.tracks import start_grid, validation_tracks
 from s3.sim.factory import make_sim
+from s3.task.layout import obs_layout
 from s3.task.params import EnvParams
 from s3.tracks.generate import ProceduralTrackParams
 from s3.tracks.track import Track
@@ -135,9 +137,14 @@ def holdout_stage(
     surface: str = "heavy_ice",
     n_tracks: int = 8,
     seed: int = HOLDOUT_SEED,
+    pursuit: Sequence[float] = (),
 ) -> dict[str, Any]:
     """`s3 holdout`: the policies `family` names ("all": every trained one) from `policies_dir`,
-    with the pid, on the held-out tracks; ParamsError for an unknown surface or a missing policy."""
+    with the pid, on the held-out tracks; ParamsError for an unknown surface or a missing policy.
+
+    `pursuit`: lateral accelerations (m/s^2) of blind reference drivers, one row `pursuit_<a>` each: the
+    centerline follower of s3.rl.controllers reading only the policy observation (no map, no friction),
+    taking corners at most at that lateral acceleration, with `train.env` as its observation."""
     from s3.config import POLICIES_KEY, ParamsError, pick_names
     from s3.rl.export import load_policy_fn, policy_env_params
 
@@ -151,4 +158,8 @@ def holdout_stage(
             raise ParamsError(f"{policies_dir / name}: no policy; run `s3 train --family {name}` first")
         fn, meta = load_policy_fn(policies_dir / name)
         policies[name] = (fn, policy_env_params(meta))
+    env = params.train.env
+    for a in pursuit:
+        follower = PurePursuit(obs_layout(env), lateral_accel=a, brake_accel=min(3.0, a))
+        policies[f"pursuit_{a:g}"] = (follower, env)
     return holdout(policies, params, surface, n_tracks=n_tracks, seed=seed)

@@ -125,10 +125,11 @@ def test_tiny_train_direct_writes_a_policy_the_evaluator_drives(tmp_path, monkey
     from s3.sim.factory import make_sim
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    # the stage, with the budget from the measured route of ddm: 5 s collect + 4 s distill + 6 s training
+    # the stage, to its own plateau: 32 env steps per iteration, chunks of 2; any score counts as no gain (delta 1),
+    # so one chunk without gain ends it, but not before 192 steps (3 chunks); the cap (10 iterations) is not reached
     records = tmp_path / "metrics"
-    write_route(records, {"wall_seconds_total": 5.0}, {"total_wall_s": 4.0}, {"seed_selection": {"rl_wall_s": 6.0}})
-    params = Params.model_validate({"train": {**TINY, "direct": {**TINY["direct"], "budget_s": None, "route": "ddm"}}})
+    end = {"max_env_steps": 320, "plateau_chunks": 1, "plateau_delta": 1.0, "plateau_min_env_steps": 192}
+    params = Params.model_validate({"train": {**TINY, **end, "direct": {**TINY["direct"], "budget_s": None}}})
     summary = train_one(
         "direct", params, tmp_path / "models", tmp_path / "policies", tmp_path / "plots", records / "train"
     )
@@ -136,7 +137,10 @@ def test_tiny_train_direct_writes_a_policy_the_evaluator_drives(tmp_path, monkey
         summary["mlflow_run_id"] is None and not (tmp_path / "mlflow.db").exists()
     )  # MLflow is off inside pytest: no run, no database
     saved = json.loads((tmp_path / "metrics" / "train" / "direct.json").read_text())
-    assert saved["budget_from"]["policy"] == "ddm" and saved["budget_from"]["train_s"] == 6.0
+    assert saved["stopped_by"] == "plateau" and saved["iterations"] == 6 and saved["env_steps"] == 192
+    assert saved["budget_s"] is None and saved["over_budget_s"] is None
+    assert [p["env_steps"] for p in saved["learning_curve"]] == [64, 128, 192]  # every chunk validated
+    assert all(0.0 <= p["val_score"] <= 1.0 for p in saved["learning_curve"])
     for key in (
         "wall_s",
         "budget_s",
@@ -149,7 +153,7 @@ def test_tiny_train_direct_writes_a_policy_the_evaluator_drives(tmp_path, monkey
         "learning_curve",
     ):
         assert key in saved, key
-    assert saved["workers"] == 2 and saved["num_envs"] == 4 and saved["budget_s"] == 15.0
+    assert saved["workers"] == 2 and saved["num_envs"] == 4
     assert summary["iterations"] >= 1 and saved["env_steps"] == summary["iterations"] * 4 * 8
     assert saved["learning_curve"] and saved["validation"]["iteration"] is not None
     assert (tmp_path / "plots" / "direct.png").exists()
@@ -316,6 +320,7 @@ def test_direct_with_two_seeds_keeps_both_with_their_checkpoints(tmp_path) -> No
     assert [r["seed"] for r in sel["seeds"]] == [3, 4] and sel["selected_seed"] in (3, 4)
     assert sel["rl_wall_s"] == pytest.approx(sum(r["wall_s"] for r in sel["seeds"]), abs=0.11)  # one after another
     assert all(r["budget_s"] == 6.0 and r["learning_curve"] for r in sel["seeds"])  # each with the whole budget
+    assert all(r["stopped_by"] == "budget_s" for r in sel["seeds"])
     folder = tmp_path / "policies" / "direct"
     assert [s for s, _ in policy_seeds(folder)] == [3, 4]  # evaluation drives both
     metas = [json.loads((folder / "seeds" / f"seed{s}" / "policy.json").read_text()) for s in (3, 4)]
@@ -331,3 +336,27 @@ def test_direct_with_two_seeds_keeps_both_with_their_checkpoints(tmp_path) -> No
     row = next(r for r in sel["seeds"] if r["seed"] == 4)
     assert route["env_steps_per_s"] == row["env_steps_per_s"] and route["curve"]  # seed 4's own time axis
     assert route["checkpoints"].endswith("seeds/seed4/checkpoints")
+
+
+def test_direct_ends_like_the_distilled_runs_unless_given_a_wall_clock() -> None:
+    """budget_s none: a step budget from the merged train keys (per_policy.direct's override wins), the plateau rule
+    only when there is a validation to read; a budget_s: the wall-clock budget."""
+    from s3.rl.direct import end_of
+    from s3.rl.loop import StepBudget, WallClockBudget
+
+    train = {
+        **TINY,
+        "max_env_steps": 1000,
+        "plateau_chunks": 3,
+        "plateau_min_env_steps": 100,
+        "per_policy": {"direct": {"max_env_steps": 3200, "max_minutes": 90.0}},
+    }
+    params = Params.model_validate({"train": train})
+    merged = params.model_copy(update={"train": params.train.for_policy("direct")})
+    end = end_of(merged, None, 32)
+    assert isinstance(end, StepBudget) and end.max_iterations == 100 and end.max_seconds == 5400.0
+    assert (end.chunk, end.plateau_chunks, end.plateau_min_iterations) == (2, 3, 4)  # ceil(100 / 32)
+    blind = merged.train.model_copy(update={"direct": merged.train.direct.model_copy(update={"validation": False})})
+    assert end_of(merged.model_copy(update={"train": blind}), None, 32).plateau_chunks == 0  # no score to plateau
+    clock = end_of(merged, 60.0, 32)
+    assert isinstance(clock, WallClockBudget) and clock.budget_s == 60.0 and clock.stopped_by == "budget_s"

@@ -93,8 +93,8 @@ SOURCE = {
     "source_simulator": {"backend": str, "control_dt": float},
     "validation": {**VALIDATION, "in": str, "episode_cap_s": OPT_FLOAT},
     "train": {
-        "budget_s": float,
-        "budget_from": (str, dict),
+        "budget_s": OPT_FLOAT,
+        "stopped_by": str,
         "env_steps": int,
         "simulated_car_steps": int,
         "iterations": int,

@@ -293,3 +293,31 @@ def test_checkpoints_are_driven_at_least_100k_steps_apart() -> None:
     assert [e["env_steps"] for e in spaced(entries)] == [25_000, 125_000, 225_000, 325_000, 400_000]  # the last always
     distilled = [{"env_steps": n} for n in (491_520, 983_040, 1_474_560)]
     assert spaced(distilled) == distilled
+
+
+def test_the_budget_rule_reads_how_direct_ended(tmp_path) -> None:
+    """Trained to its plateau, the rule holds only when the plateau rule ended direct (a cap did not); with a fixed
+    wall clock, when the budget covers the slowest measured family route. Every family's route is listed."""
+    from s3.report.render import _budget_line
+
+    for path, record in (
+        ("collect.json", {"wall_seconds_total": 360.0}),
+        ("distill/ddm.json", {"total_wall_s": 530.5}),
+        ("train/ddm.json", {"seed_selection": {"rl_wall_s": 800.0}}),
+    ):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(json.dumps(record))
+    params = Params()
+    ran = {"budget_s": None, "wall_s": 2400.0, "env_steps": 2_048_000}
+    plateau = ttq_routes.budget_rule({**ran, "stopped_by": "plateau"}, tmp_path, params)
+    assert plateau["holds"] is True and plateau["max_family_route_s"] == 1690.5
+    assert plateau["family_route_s"]["ddm"] == 1690.5 and plateau["family_route_s"]["dytr"] is None  # unmeasured
+    line = _budget_line(plateau)
+    assert "ended by plateau after 2.05 M env steps, 40.0 min" in line and line.endswith(": met")
+    assert ttq_routes.budget_rule({**ran, "stopped_by": "max_env_steps"}, tmp_path, params)["holds"] is False
+    assert ttq_routes.budget_rule({**ran, "stopped_by": "max_minutes"}, tmp_path, params)["holds"] is False
+    assert ttq_routes.budget_rule(ran, tmp_path, params)["holds"] is None  # no record of how it ended
+    fixed = {"wall_s": 1000.0, "env_steps": 900_000, "stopped_by": "budget_s"}
+    assert ttq_routes.budget_rule({**fixed, "budget_s": 1000.0}, tmp_path, params)["holds"] is False  # < 1690.5
+    assert ttq_routes.budget_rule({**fixed, "budget_s": 1700.0}, tmp_path, params)["holds"] is True
+    assert "NOT met" in _budget_line(ttq_routes.budget_rule({**fixed, "budget_s": 1000.0}, tmp_path, params))

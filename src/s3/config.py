@@ -103,11 +103,11 @@ class Params(BaseModel):
             if entry.model not in want:
                 raise ValueError(f"policies_in_models.{name}.model: {entry.model!r} is not one of {', '.join(want)}")
         direct = self.train.for_policy(DIRECT).direct
-        if direct.route is not None and direct.route not in self.families:  # its measured route sets the budget
+        if direct.route is not None and direct.route not in self.families:  # the route claim 1 compares it with
             route = direct.route
             raise ValueError(
                 f"train.direct.route: {route!r} is not one of the families ({', '.join(self.families)}): its "
-                "collect, distill and train records set direct's budget"
+                "distilled route is the one claim 1 compares direct with"
             )
         for name in self.dagger.policies:
             if name not in self.models():

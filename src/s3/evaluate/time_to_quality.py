@@ -47,8 +47,10 @@ Each point also carries `wall_s` where the training recorded it (its own clock a
 
 distilled_best: the families' earliest time to quality (the oracle observes the friction that
 direct and the families must infer, so it is reported but not a candidate).
-budget_rule: direct's budget must be at least the distilled route's whole wall clock for one family
-(collection + distillation + its K seeds' training, seed_selection.rl_wall_s); checked per family.
+budget_rule: how direct's training ended against its rule: trained to its own plateau, the plateau rule must
+have ended it (not a cap); with a fixed wall-clock budget, the budget must be at least the distilled route's whole
+wall clock for one family (collection + distillation + its K seeds' training, seed_selection.rl_wall_s), checked
+per family. Each family's route is listed beside direct's wall clock either way.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     first_reaching(curve, share=LAP_SHARE) -> the earliest curve point (by env_steps) with lap_share >= share, or None
     direct_route(params, policies_dir, metrics_dir, tracks, starts, workers) -> direct's route
     distilled_route(name, params, ..., collect) -> a distilled policy's route (its first seed's checkpoints)
-    budget_rule(direct, routes, families) -> {rule, budget_s, family_route_s, max_family_route_s, holds}
+    budget_rule(direct, records_dir, params) -> {rule, budget_s, stopped_by, wall_s, family_route_s, ..., holds}
 
 A route is {checkpoints, env_steps_per_s, offset_s, end_s, curve: [{env_steps, iteration, t_s,
 t_real_time_s, wall_s, laps, runs, lap_share, ...}], reached, t_to_quality_s, ...}; its times are in
@@ -188,6 +188,9 @@ def direct_route(
         "env_steps_per_s": rate,
         "workers": w,
         "budget_s": budget,
+        "stopped_by": (row or {}).get("stopped_by"),  # plateau, max_env_steps, max_minutes or budget_s
+        "wall_s": number_at(row, "wall_s"),
+        "env_steps": number_at(row, "env_steps"),
         "offset_s": 0.0,
         "offset_real_time_s": 0.0,
         "end_s": steps / rate if steps is not None and rate else None,
@@ -274,8 +277,11 @@ def distilled_route(
 
 
 def budget_rule(direct: dict[str, Any], records_dir: Path, params: Any) -> dict[str, Any]:
-    """direct's budget against each family's whole distilled route (collect + distill + its K seeds' training),
-    read from the records by s3.rl.route_budget (the sum direct's own budget is set from); None where unmeasured."""
+    """How direct's training ended against its rule. Trained to its plateau (no budget_s): the rule holds when the
+    plateau rule ended it (a cap that ended it while it still improved: it does not). With a fixed wall-clock
+    budget_s: it holds when the budget is at least every family's whole distilled route (collect + distill + its K
+    seeds' training, s3.rl.route_budget). Every family's route is listed beside direct's own wall clock either way;
+    None where unmeasured."""
     whole: dict[str, float | None] = {}
     for n in params.families:
         try:
@@ -284,25 +290,25 @@ def budget_rule(direct: dict[str, Any], records_dir: Path, params: Any) -> dict[
             whole[n] = None
     known = [v for v in whole.values() if v is not None]
     need = max(known) if known else None
-    budget = direct.get("budget_s")
+    budget, ended = direct.get("budget_s"), direct.get("stopped_by")
+    if budget is None:
+        rule = "direct trains to its own plateau (train.plateau_* in train.per_policy.direct), not to a cap"
+        holds = None if ended is None else ended == "plateau"
+    else:
+        rule = (
+            "train.direct.budget_s >= the distilled route's whole wall clock for one family (collect + distill "
+            "+ its K seeds' training)"
+        )
+        holds = None if need is None else budget >= need
     return {
-        "rule": "train.direct.budget_s >= the distilled route's whole wall clock for one family (collect + distill "
-        "+ its K seeds' training)",
+        "rule": rule,
         "budget_s": budget,
+        "stopped_by": ended,
+        "wall_s": direct.get("wall_s"),
+        "env_steps": direct.get("env_steps"),
         "family_route_s": whole,
         "max_family_route_s": need,
-        "holds": None if need is None or budget is None else budget >= need,
-    }
-    known = [v for v in whole.values() if v is not None]
-    need = max(known) if known else None
-    budget = direct.get("budget_s")
-    return {
-        "rule": "train.direct.budget_s >= the distilled route's whole wall clock for one family (collect + distill "
-        "+ its K seeds' training)",
-        "budget_s": budget,
-        "family_route_s": whole,
-        "max_family_route_s": need,
-        "holds": None if need is None or budget is None else budget >= need,
+        "holds": holds,
     }
 
 

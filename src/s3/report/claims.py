@@ -44,7 +44,7 @@ DEVELOPED_ON = "road_course"
 RULES = {
     EFFICIENCY: "time to a lap-completing checkpoint (lap share >= 0.5 on the time-to-quality hold-out) per seed, a "
     "seed that never gets there censored at the time it ran; with at least 2 seeds per route, a two-sided log-rank "
-    "test of direct against the route its budget is matched to (train.direct.route) decides: holds when p < 0.05 "
+    "test of direct against the route it is compared with (train.direct.route) decides: holds when p < 0.05 "
     "and the distilled route's Kaplan-Meier median is earlier, does not hold when p < 0.05 and direct's is; with "
     "fewer seeds there is no test and the verdict is cannot tell (the effect, direct minus the best family's "
     "time, is then stated alone)",

@@ -196,7 +196,7 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
         if d.get("skipped")
         else f"direct PPO in the source simulator: {d['text']}, {steps} env steps with {_f(d['workers'], 0)} "
         f"workers ({_f(d['real_time_factor_per_worker'], 1)}x real time per worker); at real time: "
-        f"{duration(d['real_time_wall_s'])}; one seed (its budget is the machine's wall clock)"
+        f"{duration(d['real_time_wall_s'])}"
     )
     return [
         f"control period: {_f(eff['control_dt'], 3)} s",
@@ -217,12 +217,17 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
 
 
 def _budget_line(rule: Mapping[str, Any]) -> str:
-    """Whether direct's budget kept its rule on this run."""
+    """How direct's training ended against its rule on this run, beside the families' routes."""
     verdict = {True: "met", False: "NOT met", None: "not checked (inputs missing)"}[rule.get("holds")]
-    return (
-        "direct's budget rule (>= the slowest family's collect + distill + every seed's RL): "
-        f"{duration(rule.get('budget_s'))} vs {duration(rule.get('max_family_route_s'))}: {verdict}"
-    )
+    routes = f"the slowest family's collect + distill + every seed's RL: {duration(rule.get('max_family_route_s'))}"
+    if rule.get("budget_s") is None:
+        steps = rule.get("env_steps")
+        return (
+            f"direct's end (its own plateau, not a cap): ended by {rule.get('stopped_by') or DASH} after "
+            f"{_f(None if steps is None else steps / 1e6, 2)} M env steps, {duration(rule.get('wall_s'))} "
+            f"({routes}): {verdict}"
+        )
+    return f"direct's budget rule (>= {routes}): {duration(rule.get('budget_s'))}: {verdict}"
 
 
 def _table(title: str, columns: Iterable[str], rows: list[list[str]]) -> Table:

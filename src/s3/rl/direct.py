@@ -1,4 +1,4 @@
-"""The `direct` baseline: PPO trained in the source simulator itself for a fixed wall-clock budget.
+"""The `direct` baseline: PPO trained in the source simulator itself, to its own plateau.
 
     train_direct(params, out_dir, plots_dir, metrics_dir, budget_s=None, run=None) -> summary
 writes
@@ -9,10 +9,9 @@ writes
     <plots_dir>/direct.png                                          (learning curve)
     <metrics_dir>/direct.json                                       (budget, throughput, curve, validation)
 
-This is the efficiency comparison: the same wall clock that one family spends on distill + train
-(`train.direct.budget_s`: at least one family's collect + distill + train on the same machine)
-spent on PPO in the slow source simulator instead. It trains `direct.seeds` runs one after another, each for
-the whole budget (s3.rl.direct_seeds when more than one: every seed kept under seeds/seed<k>/).
+This is the efficiency comparison: PPO in the slow source simulator, against the distilled route
+(collect + distill + train). It trains `direct.seeds` runs one after another
+(s3.rl.direct_seeds when more than one: every seed kept under seeds/seed<k>/).
 It drives the one car every stage uses (`sim.driver_aids`: traction control and ABS, or none).
 Everything else is the distilled training's: reward, observation and terminations
 (s3.rl.source_env.SourceVecEnv mirrors DistilledEnv), PPO settings (train.ppo, except the rollout
@@ -20,21 +19,26 @@ length `direct.num_steps_per_env`: a few dozen cars instead of a thousand), the 
 and its refresh between chunks (a smaller pool, `direct.pool_size`), the held-out validation
 tracks and the keep-best rule.
 
-Budget. The clock starts when train_direct is called and covers everything: track generation,
-worker start, PPO, validation and export. The first chunk is a single PPO iteration (it measures
-the iteration time); each later chunk gets as many iterations (at most `direct.chunk_iterations`)
-as fit into what is left together with its validation and the final export. At least one
+The end. By default (`direct.budget_s` none) the distilled policies' end, on direct's own terms: a
+s3.rl.loop.StepBudget of train.max_env_steps, chunks of `direct.chunk_iterations`, the plateau rule
+(train.plateau_chunks, plateau_delta, plateau_min_env_steps) and the max_minutes safety cap, with
+train.per_policy.direct's values; every chunk is validated, and the record says why the run ended
+(train.stopped_by: plateau, max_env_steps or max_minutes). Its result is then the same on any machine.
+With a `budget_s` (s), a s3.rl.loop.WallClockBudget: the clock starts when train_direct is called and
+covers everything (track generation, worker start, PPO, validation, export); the first chunk is one
+iteration (it measures the iteration time), each later chunk as many iterations (at most
+`direct.chunk_iterations`) as fit into what is left with its validation and the export; at least one
 iteration always runs, so a policy is written even when the budget is tiny.
 
 The run is s3.rl.runner's (set up, loop, checkpoint choice, export); this route gives it the source
-envs, the WallClockBudget and ValidateInSource. Validation (s3.rl.source_validation) runs in the
+envs, the budget and ValidateInSource. Validation (s3.rl.source_validation) runs in the
 source simulator (its own workers) on the same held-out procedural tracks and start grid as the
 distilled training, from rest, deterministic policy. Each episode ends at
 the lap, a failure, or the lap-length / validation_min_speed clock (and, only if set,
 `direct.validation_seconds`), the distilled training's rule; the score is the mean share of a
 lap driven (as in s3.rl.train).
-The best-scoring checkpoint is kept (ties to the later one); a chunk that ran out of budget before
-its validation is not eligible. With `direct.validation: false` the last checkpoint is kept.
+The latest checkpoint within train.validation_tolerance of the best is kept; a chunk that ran out of a
+wall-clock budget before its validation is not eligible. With `direct.validation: false` the last checkpoint is kept.
 
 MLflow: given `run` (an s3.tracking.Run), it logs its params, rsl_rl's scalars of every
 iteration (`train/<tag>`, sent after each chunk) and the final numbers there, and flushes it; it
@@ -44,6 +48,7 @@ never ends the run. With run=None it touches no MLflow code.
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import sys
 from collections.abc import Callable
@@ -57,7 +62,7 @@ from s3.catalog import DIRECT
 from s3.compute.sim_pool import resolve_workers
 from s3.io import json_safe, write_json_atomic
 from s3.progress import progress
-from s3.rl.loop import WallClockBudget
+from s3.rl.loop import ENV_STEPS, StepBudget, WallClockBudget
 from s3.rl.ppo import Curve
 from s3.rl.runner import PPORun, flushed, prepare, setup
 from s3.rl.source_env import SourceVecEnv, prestart
@@ -107,32 +112,48 @@ def train_direct(
     metrics_dir: str | Path | None,
     budget_s: float | None = None,
     run: Run | None = None,
-    budget_from: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """PPO in the source simulator for `budget_s` (default train.direct.budget_s), logging into `run`; see the module
-    docstring. `budget_from`: how the budget was set (s3.rl.route_budget), kept in the summary. One seed: with
-    train.direct.seeds > 1 the stage calls s3.rl.direct_seeds.train_direct_seeds, which checks the same way."""
+    """PPO in the source simulator to its plateau, or for `budget_s` s (default train.direct.budget_s), logging into
+    `run`; see the module docstring. One seed: with train.direct.seeds > 1 the stage calls
+    s3.rl.direct_seeds.train_direct_seeds, which checks the same way."""
     checked = check(params, out_dir, metrics_dir, budget_s)
     if isinstance(checked, dict):
         return checked
-    return train_one_seed(params, Path(out_dir) / NAME, plots_dir, metrics_dir, checked, run, budget_from)
+    return train_one_seed(params, Path(out_dir) / NAME, plots_dir, metrics_dir, checked, run)
 
 
 def check(
     params: Params, out_dir: str | Path, metrics_dir: str | Path | None, budget_s: float | None
-) -> float | dict[str, Any]:
-    """The budget to train for, or, when direct cannot run on this source simulator, the skipped summary (written)."""
+) -> float | dict[str, Any] | None:
+    """The wall-clock budget to train for (None: to its plateau, by the step budget), or, when direct cannot run on
+    this source simulator, the skipped summary (written)."""
     reason = skip_reason(params)
     if reason is not None:
         print(f"train direct: skipped: {reason}", file=sys.stderr, flush=True)
         return write_skipped(params, out_dir, metrics_dir, reason)
     budget = budget_s if budget_s is not None else params.train.direct.budget_s
     if budget is None:
-        raise ValueError("train_direct: no budget: train.direct.budget_s is none and no route budget was given")
+        return None
     budget = float(budget)
     if not budget > 0:
         raise ValueError(f"train_direct: budget_s must be positive, got {budget_s}")
     return budget
+
+
+def end_of(params: Params, budget_s: float | None, steps_per_iteration: int) -> StepBudget | WallClockBudget:
+    """The run's end: `budget_s` of wall clock, or (None) train.max_env_steps with the plateau rule and the
+    max_minutes safety, in chunks of direct.chunk_iterations (s3.rl.loop)."""
+    tp, d = params.train, params.train.direct
+    if budget_s is not None:
+        return WallClockBudget(budget_s, d.chunk_iterations, EXPORT_RESERVE_S, d.validation)
+    return StepBudget(
+        max(1, tp.max_env_steps // steps_per_iteration),
+        d.chunk_iterations,
+        60.0 * tp.max_minutes,
+        plateau_chunks=tp.plateau_chunks if d.validation else 0,
+        plateau_delta=tp.plateau_delta,
+        plateau_min_iterations=math.ceil(tp.plateau_min_env_steps / steps_per_iteration),
+    )
 
 
 def train_one_seed(
@@ -140,23 +161,24 @@ def train_one_seed(
     folder: Path,
     plots_dir: str | Path | None,
     metrics_dir: str | Path | None,
-    budget: float,
+    budget: float | None,
     run: Run | None,
-    budget_from: dict[str, Any] | None = None,
     validation_seed: int | None = None,
 ) -> dict[str, Any]:
-    """One PPO run of train.seed for `budget` s into `folder`, validated on the tracks of `validation_seed`
-    (default train.seed)."""
-    clock = WallClockBudget(
-        budget, params.train.direct.chunk_iterations, EXPORT_RESERVE_S, params.train.direct.validation
-    )
+    """One PPO run of train.seed into `folder`, to its plateau (`budget` None) or for `budget` s, validated on the
+    tracks of `validation_seed` (default train.seed)."""
+    per_iteration = params.train.direct.num_envs * params.train.direct.num_steps_per_env
+    clock = end_of(params, budget, per_iteration)
     prestart()
     say = prepare(params.train)
     seed = params.train.seed
+    label = f"train {NAME} seed {seed}"
     with (
         flushed(run),
-        progress(f"train {NAME} seed {seed}", clock.budget_s, "s", follow=lambda: clock.elapsed),
-    ):  # the wall-clock budget
+        progress(label, clock.budget_s, "s", follow=lambda: clock.elapsed)
+        if isinstance(clock, WallClockBudget)
+        else progress(label, clock.max_iterations * per_iteration, ENV_STEPS),  # fed by s3.rl.loop
+    ):
         return _train_direct(
             params,
             folder,
@@ -165,7 +187,6 @@ def train_one_seed(
             clock,
             run,
             say,
-            budget_from,
             seed if validation_seed is None else validation_seed,
         )
 
@@ -175,10 +196,9 @@ def _train_direct(
     folder: Path,
     plots_dir: str | Path | None,
     metrics_dir: str | Path | None,
-    clock: WallClockBudget,
+    clock: StepBudget | WallClockBudget,
     run: Run | None,
     say: Callable[[str], None],
-    budget_from: dict[str, Any] | None,
     validation_seed: int,
 ) -> dict[str, Any]:
     """The body of train_direct: the source envs, then the PPO run (s3.rl.runner)."""
@@ -208,7 +228,7 @@ def _train_direct(
             val = (stack.enter_context(val_env), val_tracks)
         say(
             f"train {NAME}: {d.num_envs} source cars in {workers} workers ready after {clock.elapsed:.0f} s "
-            f"(budget {clock.budget_s:.0f} s)"
+            f"({_end_text(clock, tp)})"
         )
         ppo = setup(
             NAME,
@@ -223,14 +243,15 @@ def _train_direct(
             t_start=clock.t_start,
             log_params={
                 "family": NAME,
-                "budget_s": clock.budget_s,
+                "budget_s": _budget_s(clock),
                 "train": tp.model_dump(mode="json"),
                 "sim": params.sim.model_dump(mode="json"),
                 "driver_aids": aids.model_dump(mode="json"),
             },
             chunk_checkpoints=True,
         )
-        choice = ValidateInSource(val, params, clock, ppo.steps_per_iteration, env.dt)
+        wall_clock = clock if isinstance(clock, WallClockBudget) else None
+        choice = ValidateInSource(val, params, wall_clock, ppo.steps_per_iteration, env.dt)
         curve: list[dict[str, Any]] = []  # one point per chunk: the metrics' learning_curve
 
         def on_chunk(done: int, _: Curve, report: dict[str, Any]) -> None:
@@ -238,7 +259,7 @@ def _train_direct(
                 "iteration": done - 1,
                 "env_steps": done * ppo.steps_per_iteration,
                 **env.pop_stats(),
-                **report,
+                **{f"val_{k}": v for k, v in report.items()},  # val_score, val_completion_rate
                 "wall_s": round(clock.elapsed, 2),
             }
             curve.append(point)
@@ -246,16 +267,32 @@ def _train_direct(
                 f"train {NAME}: it {done}  {point['env_steps'] / 1e3:.0f} k steps  "
                 f"return {_fmt(point['mean_return'])}  "
                 f"speed {_fmt(point['mean_speed_m_s'])} m/s  val {_fmt(point.get('val_score'))}  "
-                f"{clock.elapsed:.0f}/{clock.budget_s:.0f} s"
+                f"{clock.elapsed:.0f} s"
             )
 
         ppo.loop(clock, choice, on_chunk)
         best = ppo.choose(choice)
-        return _finish(ppo, best, curve, params, plots_dir, metrics_dir, clock, workers, budget_from, validation_seed)
+        return _finish(ppo, best, curve, params, plots_dir, metrics_dir, clock, workers, validation_seed)
 
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
+
+
+def _budget_s(clock: StepBudget | WallClockBudget) -> float | None:
+    """The wall-clock budget, s; None for a run to its plateau."""
+    return clock.budget_s if isinstance(clock, WallClockBudget) else None
+
+
+def _end_text(clock: StepBudget | WallClockBudget, tp: Any) -> str:
+    if isinstance(clock, WallClockBudget):
+        return f"budget {clock.budget_s:.0f} s"
+    rule = (
+        f"{clock.plateau_chunks} chunks within {clock.plateau_delta} after {tp.plateau_min_env_steps / 1e6:g} M steps"
+        if clock.plateau_chunks
+        else "no plateau rule"
+    )
+    return f"to its plateau ({rule}), at most {tp.max_env_steps / 1e6:g} M steps or {tp.max_minutes:g} min"
 
 
 def _finish(
@@ -265,9 +302,8 @@ def _finish(
     params: Params,
     plots_dir: str | Path | None,
     metrics_dir: str | Path | None,
-    clock: WallClockBudget,
+    clock: StepBudget | WallClockBudget,
     workers: int,
-    budget_from: dict[str, Any] | None,
     validation_seed: int,
 ) -> dict[str, Any]:
     """Export the kept checkpoint (s3.rl.runner), write the metrics JSON and the plot, log to MLflow."""
@@ -293,8 +329,8 @@ def _finish(
         **{k: v for k, v in best["summary"].items() if k != "score"},
     }
     train = {
-        "budget_s": clock.budget_s,
-        "budget_from": budget_from or "params (budget_s)",
+        "budget_s": _budget_s(clock),
+        "stopped_by": clock.stopped_by,  # plateau, max_env_steps or max_minutes; budget_s for a wall-clock budget
         "wall_s": round(clock.elapsed, 1),
         "ppo_wall_s": round(ppo.ppo_s, 1),
         "env_steps": env_steps,
@@ -322,14 +358,14 @@ def _finish(
         for p in curve
         if "val_score" in p
     ]
-    title = f"{NAME}: PPO in the source simulator ({clock.budget_s:.0f} s budget)"
+    title = f"{NAME}: PPO in the source simulator (ended by {clock.stopped_by})"
     ppo.plot(None if plots_dir is None else Path(plots_dir) / f"{NAME}.png", val_points, title, best["env_steps"])
     wall = clock.elapsed
     train.update(
         {
             "wall_s": round(wall, 1),
             "env_steps_per_s": round(env_steps / max(wall, 1e-9), 1),
-            "over_budget_s": round(max(0.0, wall - clock.budget_s), 1),
+            "over_budget_s": None if _budget_s(clock) is None else round(max(0.0, wall - clock.budget_s), 1),
         }
     )
     summary = json_safe(
@@ -355,12 +391,12 @@ def _finish(
                 "train/wall_s": wall,
                 "train/env_steps": float(env_steps),
                 "train/ppo_steps_per_s": train["ppo_steps_per_s"],
-                "train/budget_s": clock.budget_s,
+                **({} if _budget_s(clock) is None else {"train/budget_s": clock.budget_s}),
             },
             step=max(ppo.done - 1, 0),
         )
     ppo.say(
         f"train {NAME}: kept iteration {best['iteration']} (val {_fmt(best['score'])}); {env_steps} steps in "
-        f"{wall:.0f} s of {clock.budget_s:.0f} s -> {ppo.folder}"
+        f"{wall:.0f} s ({clock.stopped_by}) -> {ppo.folder}"
     )
     return summary

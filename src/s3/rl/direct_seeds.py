@@ -1,14 +1,15 @@
 """`direct` with several seeds: K PPO runs in the source simulator, one after another, every one kept.
 
-    train_direct_seeds(params, out_dir, plots_dir, metrics_dir, budget, run=None, budget_from=None) -> summary
+    train_direct_seeds(params, out_dir, plots_dir, metrics_dir, budget_s=None, run=None) -> summary
 writes
     <out_dir>/direct/seeds/seed<k>/       each run's policy, checkpoints/ and learning curve (k = train.seed + i)
     <out_dir>/direct/                     the best run's policy (+ "seed_selection" in its policy.json)
     <plots_dir>/direct.png, .csv          the best run's learning curve
     <metrics_dir>/direct.json             the best run's summary + seed_selection.seeds (one row per run)
 
-Each run is s3.rl.direct.train_one_seed with train.seed = seed + i and the whole budget: `direct`'s
-budget is wall clock, so its seeds cannot share the cores as the distilled seeds do. Every run
+Each run is s3.rl.direct.train_one_seed with train.seed = seed + i, to its own end (its plateau, or the
+whole wall-clock budget): its source workers use every core, so its seeds do not share the cores as the
+distilled seeds do. Every run
 validates on the held-out tracks of the first seed, so their scores compare; the best score is kept
 for export (ties: the lowest seed), as s3.rl.seeds does for the distilled policies. Evaluation drives
 every seed (s3.evaluate.suite.policy_seeds) and time to quality every seed's checkpoints.
@@ -33,7 +34,16 @@ if TYPE_CHECKING:
 
 DONE = "done.json"  # beside a finished run: its params key and summary (a killed stage resumes after it)
 CURVE_KEYS = ("env_steps", "wall_s", "val_score")  # what time to quality reads of each run's curve
-ROW_KEYS = ("wall_s", "env_steps", "env_steps_per_s", "iterations", "workers", "budget_s", "over_budget_s")
+ROW_KEYS = (
+    "wall_s",
+    "env_steps",
+    "env_steps_per_s",
+    "iterations",
+    "workers",
+    "stopped_by",
+    "budget_s",
+    "over_budget_s",
+)
 
 
 def train_direct_seeds(
@@ -43,10 +53,10 @@ def train_direct_seeds(
     metrics_dir: str | Path | None,
     budget_s: float | None = None,
     run: Run | None = None,
-    budget_from: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """K = train.direct.seeds runs of s3.rl.direct.train_one_seed (module docstring); returns the summary. A run
-    finished with the same params and budget (its DONE file) is kept, so a killed stage resumes at the next seed."""
+    finished with the same params and budget (its DONE file; budget None: to its plateau) is kept, so a killed
+    stage resumes at the next seed."""
     checked = check(params, out_dir, metrics_dir, budget_s)
     if isinstance(checked, dict):
         return checked  # skipped on this source simulator
@@ -63,7 +73,7 @@ def train_direct_seeds(
             results[seed] = done
             continue
         seed_run = run if i == 0 else None  # MLflow: the first run's curve (one step axis per run)
-        results[seed] = train_one_seed(one, folder, folder, None, checked, seed_run, budget_from, validation_seed=base)
+        results[seed] = train_one_seed(one, folder, folder, None, checked, seed_run, validation_seed=base)
         write_json_atomic(folder / DONE, {"key": key, "summary": results[seed]})
     table = [
         {

@@ -222,6 +222,10 @@ class StepBudget:
     best: float | None = None
     since_best: int = 0
 
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t_start
+
     def plateaued(self, done: int) -> bool:
         return 0 < self.plateau_chunks <= self.since_best and done >= self.plateau_min_iterations
 

@@ -157,32 +157,33 @@ class OffTrackConstraint(_Section):
 
 
 class DirectParams(_Section):
-    """The `direct` baseline: PPO run on the source simulator itself, for a matched wall-clock budget.
+    """The `direct` baseline: PPO run on the source simulator itself, trained to its own plateau.
 
     The cars are stepped in worker processes; every other setting (reward, observation, PPO,
-    track generator, validation tracks) is the distilled training's.
+    track generator, validation tracks, and the end: max_env_steps, the plateau rule, the max_minutes
+    safety, with `train.per_policy.direct`'s overrides) is the distilled training's.
     """
 
     budget_s: float | None = Field(
         None,
         gt=0.0,
         le=10**6,
-        description="wall-clock budget of the whole run (worker start, PPO, validation, export), s; none = the "
-        "wall clock that the records of `route` hold (collect + distill + its K seeds' training, "
-        "s3.rl.route_budget), so the rule the report checks (budget >= that route) holds wherever it runs",
+        description="a fixed wall-clock budget of the whole run (worker start, PPO, validation, export), s, instead "
+        "of the end every policy has; none = its own plateau: train.max_env_steps as a cap, the plateau rule "
+        "(train.plateau_*) and the max_minutes safety, with train.per_policy.direct's overrides, so that its "
+        "result is the same on any machine (docs/decisions/direct-budget.md)",
     )
     route: str | None = Field(
         None,
         min_length=1,
-        description="the family whose measured route sets budget_s when that is none (its records/collect.json, "
-        "records/distill/<family>.json and records/train/<family>.json: dvc.yaml's train_direct depends on them; "
-        "docs/decisions/direct-budget.md says which and why)",
+        description="the family whose distilled route direct is compared with (claim 1's censored test; the "
+        "report sets direct's wall clock beside every family's collect + distill + K seeds)",
     )
     seeds: int = Field(
         1,
         ge=1,
         le=64,
-        description="PPO runs (train.seed, train.seed + 1, ...), one after another, each for the whole budget and "
+        description="PPO runs (train.seed, train.seed + 1, ...), one after another, each with the whole machine and "
         "validated on the same held-out tracks (those of train.seed): every one is kept (seeds/seed<k>/ with its "
         "checkpoints) and evaluated, policies/direct/ holds the best by validation. 1 = one run (params_study.yaml: "
         "5, for claim 1's censored test)",

@@ -2,7 +2,7 @@
 
     source_episodes(env, policy, obs, limit) -> EpisodeBatch     every car from `obs` to its lap, failure or limit
     validate_source(actor, env, tracks, params) -> summary        (summary["score"]: mean share of a lap driven)
-    ValidateInSource(val, params, budget, steps_per_it, dt)      `direct`'s checkpoint choice (s3.rl.loop)
+    ValidateInSource(val, params, clock, steps_per_it, dt)       `direct`'s checkpoint choice (s3.rl.loop)
 
 The envs are s3.rl.source_env.SourceVecEnv built without auto-reset on the validation tracks; an
 episode ends at the lap, a failure, or its step limit (the lap length at `validation_min_speed`,
@@ -65,8 +65,9 @@ def source_episodes(
 
 
 class ValidateInSource:
-    """The checkpoint choice of `direct` (s3.rl.loop.CheckpointChoice): after each chunk, when the
-    budget still holds a validation, validate in the source simulator; at the end keep the latest
+    """The checkpoint choice of `direct` (s3.rl.loop.CheckpointChoice): after each chunk, validate in the
+    source simulator (with a wall-clock `clock`, only when what is left still holds a validation; None: always);
+    at the end keep the latest
     checkpoint within `train.validation_tolerance` of the best (s3.rl.validation.kept_index, the
     distilled policies' rule); with no validation, the last checkpoint."""
 
@@ -74,11 +75,11 @@ class ValidateInSource:
         self,
         val: tuple[SourceVecEnv, list[Track]] | None,
         params: Params,
-        budget: WallClockBudget,
+        clock: WallClockBudget | None,
         steps_per_it: int,
         dt: float,
     ) -> None:
-        self.val, self.params, self.budget, self.steps_per_it = val, params, budget, steps_per_it
+        self.val, self.params, self.clock, self.steps_per_it = val, params, clock, steps_per_it
         self.car_steps = _validation_car_steps(val[1], params, dt) if val is not None else 0.0
         self.validated: list[dict[str, Any]] = []  # score, iteration, env_steps, summary, actor, critic
         self.last: dict[str, Any] = {}
@@ -88,12 +89,14 @@ class ValidateInSource:
         self.last = {"iteration": done - 1, "env_steps": done * self.steps_per_it}
         if self.val is None:
             return point
-        self.budget.guess_validation(self.car_steps, self.steps_per_it)
-        if self.budget.left() >= self.budget.val_s:
+        if self.clock is not None:
+            self.clock.guess_validation(self.car_steps, self.steps_per_it)
+        if self.clock is None or self.clock.left() >= self.clock.val_s:
             t0 = time.perf_counter()
             res = validate_source(trainer.actor, self.val[0], self.val[1], self.params.train)
-            self.budget.validated(time.perf_counter() - t0)
-            point = {"val_score": res["score"], "val_completion_rate": res["completion_rate"]}
+            if self.clock is not None:
+                self.clock.validated(time.perf_counter() - t0)
+            point = {"score": res["score"], "completion_rate": res["completion_rate"]}  # the plateau rule reads score
             self.validated.append({"score": res["score"], **self.last, "summary": res, **trainer.snapshot()})
         return point
 

@@ -6,7 +6,7 @@
 - `oracle`: PPO in the distilled env of its model (params.yaml `policies_in_models`) with the
   surface label observed (the true friction under and ahead of the car): an upper bound on what
   knowing the surface buys;
-- `direct`: PPO in the source simulator itself for `train.direct.budget_s` (s3.rl.direct).
+- `direct`: PPO in the source simulator itself, to its own plateau or for `train.direct.budget_s` (s3.rl.direct).
 Each gets `train.per_policy.<name>` merged over the shared train params, and writes
 <out_dir>/<name>/, <plots_dir>/<name>.png and <metrics_dir>/<name>.json. With `train.seeds` > 1 a
 distilled-env policy trains that many seeds side by side and keeps the best (s3.rl.seeds), by
@@ -28,7 +28,6 @@ from typing import Any
 
 from s3 import headline, tracking
 from s3.catalog import DIRECT
-from s3.config import ParamsError
 from s3.rl import TRAIN_WORKER_PRELOAD
 from s3.sim.backends import side_by_side_names, sim_backend
 from s3.workers import forkserver_context, prestart
@@ -75,19 +74,9 @@ def _train(
     if name == DIRECT:
         from s3.rl.direct import train_direct
 
-        route = None
-        if tp.direct.budget_s is None:  # records/train's parent: the records of the route's stages
-            if tp.direct.route is None:
-                raise ParamsError("train.direct: budget_s is null and no route names whose measured wall clock sets it")
-            from s3.rl.route_budget import route_budget
-
-            route = route_budget(Path(metrics_dir).parent, tp.direct.route, root.model_of(tp.direct.route))
-        budget = route["budget_s"] if route is not None else tp.direct.budget_s
         if tp.direct.seeds > 1:
             from s3.rl.direct_seeds import train_direct_seeds as train_direct
-        return train_direct(
-            root.model_copy(update={"train": tp}), out_dir, plots_dir, metrics_dir, budget, run, budget_from=route
-        )
+        return train_direct(root.model_copy(update={"train": tp}), out_dir, plots_dir, metrics_dir, run=run)
     from s3.dynamics.checkpoint import load_checkpoint
     from s3.rl.env import resolve_device
     from s3.rl.train import train_policy

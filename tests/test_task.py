@@ -176,6 +176,24 @@ def test_reward_terms_sum_to_the_reward_and_are_zero_for_void_steps() -> None:
     )
 
 
+def test_a_pace_caps_the_progress_a_step_is_paid_for() -> None:
+    """reward.pace 10 m/s at dt 0.1: a step pays for at most 1 m of progress; slower steps and losses as before."""
+    from s3.task.frame import TrackFrame
+    from s3.tracks.generate import procedural_track
+
+    frame = TrackFrame([procedural_track(1)], 3)
+    ids = torch.arange(3)
+    x, y, h = frame.tracks.pose_at(torch.zeros(3, dtype=torch.long), torch.full((3,), 10.0), torch.zeros(3))
+    frame.place(ids, torch.zeros(3, dtype=torch.long), torch.stack([x, y, h], 1))
+    ds = torch.tensor([2.5, 0.4, -0.3])  # 25 m/s, 4 m/s, backwards
+    still = (torch.zeros(3, 2), torch.zeros(3, 2), torch.zeros(3, dtype=torch.bool))
+    paced = EnvParams().reward.model_copy(update={"pace": 10.0})
+    out = Rules(3, 0.1, EndRules.training(EnvParams()), paced, max_steps=100).judge(frame, ds, *still)
+    assert out.terms["progress"].tolist() == pytest.approx([0.1 * 1.0, 0.1 * 0.4, 0.1 * -0.3])
+    free = Rules(3, 0.1, EndRules.training(EnvParams()), EnvParams().reward, max_steps=100).judge(frame, ds, *still)
+    assert free.terms["progress"].tolist() == pytest.approx([0.25, 0.04, -0.03])  # pace 0: every metre
+
+
 def test_runs_are_judged_by_the_judging_rules_inside_the_model(bicycle, tracks_with_ice) -> None:
     """Training ends a turned-round car at once; the judging rules (source and model alike) let it drive on."""
     from s3.rl.controllers import straight_line

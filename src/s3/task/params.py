@@ -20,6 +20,13 @@ class RewardParams(_Section):
     """Reward per control step (see s3.task.rules for the formula)."""
 
     progress: float = Field(0.1, ge=0.0, le=100.0, description="reward per metre of progress along the centerline")
+    pace: float = Field(
+        0.0,
+        ge=0.0,
+        le=100.0,
+        description="progress pays for at most this speed along the centerline (m/s): a step's paid progress is "
+        "min(ds, pace x dt), so beyond it speed buys nothing but risk (caution as an objective, issue #38); 0 = off",
+    )
     off_track: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when leaving the road (terminates)")
     backwards: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when turned around or reversing (terminates)")
     stall: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when stalled (terminates)")

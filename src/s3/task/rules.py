@@ -5,7 +5,7 @@
     out = rules.judge(frame, ds, action, action_prev, invalid, active=None)
 
 Reward per control step, as named terms (each logged as `reward/<term>`; their sum is the reward):
-    progress     +w * ds                       ds = signed arc-length change along the centerline [m]
+    progress     +w * min(ds, pace * dt)       ds = signed arc-length change along the centerline [m]; pace 0: ds
     action_rate  -w * |a[t] - a[t-1]|^2        a = the policy action (steer, longitudinal)
     off_track    -w * [off track]
     backwards    -w * [backwards and not off track]
@@ -66,6 +66,7 @@ class Rules:
         device: torch.device | str = "cpu",
     ) -> None:
         self.ends, self.weights, self.max_steps = ends, reward, int(max_steps)
+        self.paid_ds = reward.pace * dt if reward.pace > 0 else None  # the most progress a step is paid for [m]
         self.off_track_weight = float(reward.off_track)  # a training run's constraint may move it (s3.rl.caution)
         self.stall_limit = max(1, int(round(ends.stall_seconds / dt)))
         with torch.inference_mode():
@@ -111,7 +112,7 @@ class Rules:
         if active is not None:
             stalled, time_out = active & stalled, active & time_out
         terms = {
-            "progress": w.progress * ds,
+            "progress": w.progress * (ds if self.paid_ds is None else ds.clamp(max=self.paid_ds)),
             "action_rate": -(w.action_rate * (action - action_prev).square().sum(dim=1)),
             "off_track": -(self.off_track_weight * off.float()),
             "backwards": -(w.backwards * (backwards & ~off).float()),

@@ -5,8 +5,8 @@
                                                                when fewer than half got there
     compare(a_rows, b_rows, time_key, bound_key) -> {p_value, median_a, median_b, ...}   log-rank test, two-sided
 
-A seed that never reached quality is right-censored at the time it ran (its budget, or its route's
-last checkpoint): it says "later than this", never "at this time". The log-rank test
+A seed that never reached quality is right-censored at the time it ran (its end or budget, or its
+route's last checkpoint): it says "later than this", never "at this time". The log-rank test
 (scipy.stats.logrank) compares the two routes' whole time-to-quality curves under censoring; the
 medians are the Kaplan-Meier ones (scipy.stats.ecdf), a median that the data do not reach is
 reported as a lower bound.

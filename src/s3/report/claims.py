@@ -201,7 +201,7 @@ def _censored_test(ttq: Mapping[str, Any], statement: str) -> dict[str, Any] | N
     p = res["p_value"]
     verdict = "cannot tell" if p >= 0.05 or sooner is None else "holds" if sooner else "does not hold"
     n = f"{res['n_a']} vs {res['n_b']} seeds ({route} vs {DIRECT}), {res['reached_a']} vs {res['reached_b']} reached"
-    statement = statement.replace("(best family)", f"({route}, the route direct's budget is matched to)")
+    statement = statement.replace("(best family)", f"({route}, the route named for direct)")
     k = min(res["n_a"], res["n_b"])
     detail = {**res, "route": route}
     return claim_row(

@@ -40,7 +40,7 @@ def efficiency(
 ) -> dict[str, Any]:
     """Speed-up of the RL phase and the break-even number of policies (see the report's definitions).
 
-    `t_direct` is direct's time to the lap when it was reached, else its budget B.
+    `t_direct` is direct's time to the lap when it was reached, else the time it ran (its budget B, or its end).
     """
     out: dict[str, Any] = {
         "speedup": None,
@@ -65,7 +65,7 @@ def efficiency(
     saved = t_direct - t_distilled
     if saved <= 0:
         out["break_even_text"] = (
-            "never (distilled RL not faster)" if direct_reached else f"{DASH} (direct's budget < t_distilled)"
+            "never (distilled RL not faster)" if direct_reached else f"{DASH} (direct's run < t_distilled)"
         )
         return out
     n = one_time / saved

@@ -75,7 +75,7 @@ def train(
     """Train PPO policies (policies/<name>/): in each family's distilled env, the oracle, or direct.
 
     `all` = the families; the oracle = PPO in its model's env (params.yaml `policies_in_models`) with
-    the surface label observed; direct = PPO in the source simulator for train.direct.budget_s.
+    the surface label observed; direct = PPO in the source simulator, to its own plateau (or train.direct.budget_s).
     """
     from s3.rl.stage import train_policies
 

@@ -20,7 +20,8 @@ Iterations run in chunks; between two chunks the caller may change the env (a tr
 `trainer.restart(ids)` forgets the episodes of the cars it restarted). Two small strategies make
 a training run what it is:
 - a `Budget` sizes each chunk and says when to stop: `StepBudget` (a number of env steps, with a
-  wall-clock safety cap: the distilled runs) or `WallClockBudget` (seconds: `direct`);
+  wall-clock safety cap: the distilled runs and `direct`) or `WallClockBudget` (seconds: `direct` with a fixed
+  `train.direct.budget_s`);
 - a `CheckpointChoice` sees each chunk's end and picks the checkpoint to keep (s3.rl.train,
   s3.rl.direct: validation in the model at the end, or in the source after each chunk).
 s3.rl.runner sets a run up around this loop, chooses its checkpoint and exports it.

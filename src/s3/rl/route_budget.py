@@ -1,15 +1,14 @@
-"""`direct`'s wall-clock budget: the recorded wall clock of the distilled route it is compared with.
+"""A distilled route's measured wall clock: what the report sets beside `direct`'s.
 
     route_budget(records_dir, policy, model) -> {budget_s, collect_s, distill_s, train_s, policy, model, from}
 
-The efficiency comparison gives PPO in the source simulator at least what the distilled route
-spent: the collection (records/collect.json `wall_seconds_total`), the distillation of the model
+The route is the collection (records/collect.json `wall_seconds_total`), the distillation of the model
 (records/distill/<model>.json `total_wall_s`) and the training of every seed of the policy
-(records/train/<policy>.json `seed_selection.rl_wall_s`, or `train.wall_s` for one seed). The
-budget is their sum, so a slower machine gives `direct` a longer budget in the same proportion and
-the report's rule (budget >= the route) holds by construction for that policy. A record that is
-missing or lacks its number is an error naming the file and the stage that writes it.
-"""
+(records/train/<policy>.json `seed_selection.rl_wall_s`, or `train.wall_s` for one seed); `budget_s` is
+their sum. The report's rule for `direct` (s3.evaluate.ttq_routes.budget_rule) lists it for every family
+beside direct's own wall clock, and, for a `direct` given a fixed `train.direct.budget_s`, checks that
+budget against the slowest family's route. A record that is missing or lacks its number is an error
+naming the file and the stage that writes it."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from typing import Any
 
 
 class RouteNotMeasured(RuntimeError):
-    """A record the budget needs is missing or has no wall clock."""
+    """A record the route's wall clock needs is missing or has no wall clock."""
 
 
 def _number(path: Path, stage: str, *keys: tuple[str, ...]) -> float:
@@ -27,8 +26,7 @@ def _number(path: Path, stage: str, *keys: tuple[str, ...]) -> float:
         record = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise RouteNotMeasured(
-            f"{path}: {e.__class__.__name__}: direct's budget reads it: run `dvc repro {stage}` first, "
-            "or give train.direct.budget_s in seconds"
+            f"{path}: {e.__class__.__name__}: the route's wall clock reads it: run `dvc repro {stage}` first"
         ) from None
     for key in keys:  # the first path that holds a number
         value: Any = record

@@ -135,10 +135,10 @@ def evaluate_policy(
 
 
 def skipped_policy(name: str, folder: Path, out_json: Path, plots_dir: Path) -> dict[str, Any] | None:
-    """A policy its train stage did not train (<folder>/skipped.json, s3.rl.direct.write_skipped: `direct`
+    """A policy its train stage did not train (<folder>/skipped.json, s3.rl.direct_skip.write_skipped: `direct`
     with a BeamNG source): its evaluation record says why, and its plots folder holds only the reason.
     None when the folder holds a policy or no such record."""
-    from s3.rl.direct import SKIPPED
+    from s3.rl.direct_skip import SKIPPED
 
     record = Path(folder) / SKIPPED
     if (Path(folder) / "policy.json").exists() or not record.exists():

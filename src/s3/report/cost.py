@@ -121,7 +121,7 @@ def direct_cost(
     """Direct PPO in the source simulator: its run's wall clock and real-time equivalent, and its time to quality by
     the time-to-quality curves (records/time_to_quality.json, claim 1's criterion: a checkpoint completing half of
     the hold-out laps), or the time it ran without; None without those curves. With a source that cannot run it
-    (BeamNG: s3.rl.direct.skip_reason), "not run" and why."""
+    (BeamNG: s3.rl.direct_skip.skip_reason), "not run" and why."""
     if get(direct, "skipped") is not None:
         return {
             "skipped": get(direct, "skipped"),

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -60,15 +59,15 @@ import torch
 from s3 import headline
 from s3.catalog import DIRECT
 from s3.compute.sim_pool import resolve_workers
-from s3.io import json_safe, write_json_atomic
+from s3.io import json_safe
 from s3.progress import progress
+from s3.rl.direct_skip import skip_reason, write_skipped
 from s3.rl.loop import ENV_STEPS, StepBudget, WallClockBudget
 from s3.rl.ppo import Curve
 from s3.rl.runner import PPORun, flushed, prepare, setup
 from s3.rl.source_env import SourceVecEnv, prestart
 from s3.rl.source_validation import ValidateInSource
 from s3.rl.tracks import VALIDATION_SEED_BASE, TrackPool, validation_tracks
-from s3.sim.backends import side_by_side_names, sim_backend
 from s3.tracking import Run
 
 if TYPE_CHECKING:
@@ -76,33 +75,6 @@ if TYPE_CHECKING:
 
 NAME = DIRECT
 EXPORT_RESERVE_S = 5.0  # export, plot and MLflow at the end (measured ~2-4 s on two cores)
-
-
-SKIPPED = "skipped.json"  # policies/direct/skipped.json: why direct was not trained (no policy.json then)
-
-
-def skip_reason(params: Params) -> str | None:
-    """Why `direct` is not trained with this source simulator, or None: it steps many cars of the
-    embedded simulator side by side; one BeamNG.tech instance steps one car at about real time,
-    so a PPO budget of minutes would train nothing (and days would be needed)."""
-    backend = sim_backend(params.sim)
-    if backend.side_by_side:
-        return None
-    return (
-        "direct (PPO inside the source simulator) needs many cars stepped side by side, i.e. sim.backend "
-        f"{side_by_side_names()}; {backend.not_side_by_side}, so it is not run"
-    )
-
-
-def write_skipped(params: Params, out_dir: str | Path, metrics_dir: str | Path | None, reason: str) -> dict[str, Any]:
-    """The record of a skipped `direct`: <out_dir>/direct/skipped.json and <metrics_dir>/direct.json."""
-    summary = {"policy": NAME, "skipped": reason, "source_simulator": {"backend": params.sim.backend}}
-    folder = Path(out_dir) / NAME
-    shutil.rmtree(folder, ignore_errors=True)  # no policy of an earlier run stands in for this one
-    write_json_atomic(folder / SKIPPED, summary)
-    if metrics_dir is not None:
-        headline.write_record(Path(metrics_dir) / f"{NAME}.json", summary, headline.train)
-    return summary
 
 
 def train_direct(

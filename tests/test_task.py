@@ -194,6 +194,28 @@ def test_a_pace_caps_the_progress_a_step_is_paid_for() -> None:
     assert free.terms["progress"].tolist() == pytest.approx([0.25, 0.04, -0.03])  # pace 0: every metre
 
 
+def test_a_lateral_limit_prices_cornering_harder_than_it(bicycle, tracks_with_ice) -> None:
+    """reward.lateral_limit 2 m/s^2, weight 0.1: a step at |vx r| = 5 costs 0.3, at 1.5 nothing; off: no term."""
+    from s3.task.frame import TrackFrame
+    from s3.tracks.generate import procedural_track
+
+    frame = TrackFrame([procedural_track(1)], 3)
+    x, y, h = frame.tracks.pose_at(torch.zeros(3, dtype=torch.long), torch.full((3,), 10.0), torch.zeros(3))
+    frame.place(torch.arange(3), torch.zeros(3, dtype=torch.long), torch.stack([x, y, h], 1))
+    ds, still = torch.full((3,), 0.5), (torch.zeros(3, 2), torch.zeros(3, 2), torch.zeros(3, dtype=torch.bool))
+    state = torch.tensor([[10.0, 0.0, 0.5, 0.0], [10.0, 0.3, -0.15, 0.0], [-5.0, 0.0, 0.6, 0.0]])  # vx, vy, r, steer
+    careful = EnvParams().reward.model_copy(update={"lateral_limit": 2.0, "lateral": 0.1})
+    out = Rules(3, 0.1, EndRules.training(EnvParams()), careful, max_steps=100).judge(frame, ds, *still, state=state)
+    assert out.terms["lateral"].tolist() == pytest.approx([-0.3, 0.0, -0.1])
+    assert torch.allclose(sum(out.terms.values()), out.reward)
+    off = Rules(3, 0.1, EndRules.training(EnvParams()), EnvParams().reward, max_steps=100)
+    assert "lateral" not in off.judge(frame, ds, *still, state=state).terms
+    env = DistilledEnv(bicycle, tracks_with_ice, EnvParams(num_envs=4, reward=careful), auto_reset=False)
+    env.reset_to(torch.tensor([0]), torch.tensor([50.0]), 0.0, 0.0, 15.0)
+    log = env.step(torch.tensor([[1.0, 0.5]]).expand(4, 2))[3]["log"]
+    assert log["reward/lateral"] < 0  # the env hands the rules its body state: full lock at 15 m/s is priced
+
+
 def test_runs_are_judged_by_the_judging_rules_inside_the_model(bicycle, tracks_with_ice) -> None:
     """Training ends a turned-round car at once; the judging rules (source and model alike) let it drive on."""
     from s3.rl.controllers import straight_line

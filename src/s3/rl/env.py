@@ -62,7 +62,7 @@ from s3.rl.task_env import TaskVecEnv
 from s3.task.actions import split_action
 from s3.task.observation import Observer
 from s3.task.params import EndRules, EnvParams
-from s3.task.rules import TERMS, Rules
+from s3.task.rules import Rules
 from s3.task.starts import Starts, sample_starts, start_pose
 from s3.task.window import Window
 from s3.tracks.torch_track import TrackBatch
@@ -264,7 +264,7 @@ class DistilledEnv(TaskVecEnv):
         s1 = torch.where(invalid[:, None], s0, s1)  # never propagate a broken prediction
         pose = integrate_pose(self.pose, s0, s1, self.dt)
         ds = self.observer.observe(pose, s1, cmd, frozen=invalid)
-        out = self.rules.judge(self.frame, ds, pol, self.action_prev, invalid)
+        out = self.rules.judge(self.frame, ds, pol, self.action_prev, invalid, state=s1)
         if dis is not None:
             cost = torch.where(invalid, 0.0, p.disagreement_penalty * dis)
             out = out._replace(reward=out.reward - cost)
@@ -281,7 +281,7 @@ class DistilledEnv(TaskVecEnv):
             "Env/off_track_rate": out.off.float().mean(),
             "Env/speed": s1[:, 0].mean(),
             "Env/progress_per_step": ds.mean(),
-            **{f"reward/{k}": out.terms[k].mean() for k in TERMS},
+            **{f"reward/{k}": v.mean() for k, v in out.terms.items()},
         }
         if dis is not None:
             log["Env/disagreement"] = dis.mean()

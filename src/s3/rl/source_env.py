@@ -43,7 +43,7 @@ from s3.sim.backends import side_by_side_names, sim_backend
 from s3.task.actions import split_action
 from s3.task.observation import Observer
 from s3.task.params import EndRules, EnvParams
-from s3.task.rules import TERMS, Rules
+from s3.task.rules import Rules
 from s3.task.starts import Starts, sample_starts, start_pose
 from s3.tracks.track import Track
 
@@ -192,7 +192,7 @@ class SourceVecEnv(TaskVecEnv):
         pol, cmd = split_action(actions.detach().to("cpu", torch.float32), self.obs[:, 0], self.params.steer_full_speed)
         act = torch.ones(self.num_envs, dtype=torch.bool) if active is None else active.to("cpu", torch.bool)
         state, ds, invalid = self._advance(cmd, act)
-        out = self.rules.judge(self.frame, ds, pol, self.action_prev, invalid, act)
+        out = self.rules.judge(self.frame, ds, pol, self.action_prev, invalid, act, state)
         self.action_prev = torch.where(act[:, None], pol, self.action_prev)
         self.reason, dones = out.reason, out.done
         self.ep_return += out.reward
@@ -206,7 +206,7 @@ class SourceVecEnv(TaskVecEnv):
             "Env/off_track_rate": out.off.float().mean(),
             "Env/speed": state[act, 0].mean() if act.any() else torch.zeros(()),
             "Env/progress_per_step": ds.mean(),
-            **{f"reward/{k}": out.terms[k].mean() for k in TERMS},
+            **{f"reward/{k}": v.mean() for k, v in out.terms.items()},
         }
         extras: dict[str, Any] = {
             "time_outs": out.time_out,

@@ -27,6 +27,17 @@ class RewardParams(_Section):
         description="progress pays for at most this speed along the centerline (m/s): a step's paid progress is "
         "min(ds, pace x dt), so beyond it speed buys nothing but risk (caution as an objective, issue #38); 0 = off",
     )
+    lateral_limit: float = Field(
+        0.0,
+        ge=0.0,
+        le=100.0,
+        description="lateral acceleration |vx x yaw rate| (m/s^2) above which a step costs `lateral` per m/s^2 of "
+        "excess: care in corners, the centreline follower's rule that laps the icy hold-out (caution as an objective, "
+        "issue #38); 0 = off",
+    )
+    lateral: float = Field(
+        0.1, ge=0.0, le=100.0, description="cost per control step per m/s^2 of lateral acceleration above lateral_limit"
+    )
     off_track: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when leaving the road (terminates)")
     backwards: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when turned around or reversing (terminates)")
     stall: float = Field(5.0, ge=0.0, le=1000.0, description="penalty when stalled (terminates)")

@@ -2,7 +2,7 @@
 
     rules = Rules(num_cars, dt, EndRules.training(env_params), env_params.reward, max_steps)
     rules.restart(ids)                                      # cars `ids` begin an episode
-    out = rules.judge(frame, ds, action, action_prev, invalid, active=None)
+    out = rules.judge(frame, ds, action, action_prev, invalid, active=None, state=None)
 
 Reward per control step, as named terms (each logged as `reward/<term>`; their sum is the reward):
     progress     +w * min(ds, pace * dt)       ds = signed arc-length change along the centerline [m]; pace 0: ds
@@ -10,6 +10,7 @@ Reward per control step, as named terms (each logged as `reward/<term>`; their s
     off_track    -w * [off track]
     backwards    -w * [backwards and not off track]
     stall        -w * [stalled]
+    lateral      -w * max(0, |vx * r| - lateral_limit)   only with lateral_limit > 0 and the body state given
 A car whose step was invalid (a rejected model output, a failed simulator step) or that was not
 simulated (`active` False) gets 0.
 
@@ -39,7 +40,7 @@ from s3.task.params import EndRules, RewardParams
 
 REASONS = ("running", "off_track", "backwards", "model_invalid", "stalled", "time_out")
 RUNNING, OFF_TRACK, BACKWARDS, MODEL_INVALID, STALLED, TIME_OUT = range(6)
-TERMS = ("progress", "action_rate", "off_track", "backwards", "stall")
+TERMS = ("progress", "action_rate", "off_track", "backwards", "stall")  # always; "lateral" too when it is on
 
 
 class Outcome(NamedTuple):
@@ -67,6 +68,7 @@ class Rules:
     ) -> None:
         self.ends, self.weights, self.max_steps = ends, reward, int(max_steps)
         self.paid_ds = reward.pace * dt if reward.pace > 0 else None  # the most progress a step is paid for [m]
+        self.lateral_limit = reward.lateral_limit if reward.lateral_limit > 0 and reward.lateral > 0 else None
         self.off_track_weight = float(reward.off_track)  # a training run's constraint may move it (s3.rl.caution)
         self.stall_limit = max(1, int(round(ends.stall_seconds / dt)))
         with torch.inference_mode():
@@ -89,8 +91,10 @@ class Rules:
         action_prev: Tensor,
         invalid: Tensor,
         active: Tensor | None = None,
+        state: Tensor | None = None,
     ) -> Outcome:
-        """Judge the step that moved every car by ds [N] along its track (frame already advanced)."""
+        """Judge the step that moved every car by ds [N] along its track (frame already advanced);
+        `state` [N, >= 3] = (vx, vy, yaw rate, ...) after the step prices the lateral term when it is on."""
         e, w = self.ends, self.weights
         progress = frame.progress
         off = frame.off_track(e.off_track_margin)
@@ -118,9 +122,12 @@ class Rules:
             "backwards": -(w.backwards * (backwards & ~off).float()),
             "stall": -(w.stall * stalled.float()),
         }
+        if self.lateral_limit is not None and state is not None:
+            excess = (state[:, 0] * state[:, 2]).abs() - self.lateral_limit  # lateral acceleration above the limit
+            terms["lateral"] = -(w.lateral * excess.clamp(min=0.0))
         void = invalid if active is None else invalid | ~active
         reward = terms["progress"]
-        for name in TERMS[1:]:
+        for name in list(terms)[1:]:
             reward = reward + terms[name]
         reward = reward.masked_fill(void, 0.0)
         terms = {k: v.masked_fill(void, 0.0) for k, v in terms.items()}

@@ -52,12 +52,21 @@ def test_holdout_command_prints_json_and_names_a_bad_family(tmp_path: Path, monk
     assert bad.exit_code != 0 and "--family" in bad.output and "lorry" in bad.output
     wet = CliRunner().invoke(app, ["holdout", "--surface", "wet"])
     assert wet.exit_code == 2 and "--surface: 'wet' is not one of heavy_ice, dry" in wet.output
-    res = CliRunner().invoke(app, ["holdout", "--surface", "dry", "--tracks", "1", "--pursuit", "4", "--json"])
+    lorry = CliRunner().invoke(app, ["holdout", "--baseline", "pid_lorry"])
+    assert lorry.exit_code == 2 and "--baseline: pid_lorry is not one of pid, pid_blind, pid_cautious" in lorry.output
+    args = ["holdout", "--surface", "dry", "--tracks", "1", "--pursuit", "4", "--baseline", "pid_cautious", "--json"]
+    res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert list(out["drivers"]) == ["pid", "pursuit_4"] and out["seed"] == HOLDOUT_SEED
-    pid, follower = out["drivers"]["pid"], out["drivers"]["pursuit_4"]
+    assert list(out["drivers"]) == ["pid", "pid_cautious", "pursuit_4"] and out["seed"] == HOLDOUT_SEED
+    pid, cautious, follower = (out["drivers"][k] for k in ("pid", "pid_cautious", "pursuit_4"))
     assert pid["laps"] == 2 and follower["laps"] == 2 and follower["lap_time_vs_pid"] > 1.0  # blind: slower
+    assert cautious["laps"] == 2 and cautious["mean_lap_s"] > 1.3 * pid["mean_lap_s"]  # planned for ice on a dry road
+    vs = follower["lap_time_vs"]
+    assert vs["pid"] == {"ratio": follower["lap_time_vs_pid"], "n_common": 2} and vs["pid_cautious"]["n_common"] == 2
+    assert vs["pid_cautious"]["ratio"] == pytest.approx(
+        vs["pid"]["ratio"] * pid["mean_lap_s"] / cautious["mean_lap_s"], rel=0.05
+    )
 
 
 @pytest.mark.slow  # nightly (make test-all): six source laps, two of them slow

@@ -48,16 +48,20 @@ def holdout_table(result: dict[str, Any]) -> Table:
         title=f"held-out procedural tracks ({result['surface']}, seed {result['seed']}), source simulator, "
         f"{result['runs']} runs"
     )
-    for col in ("driver", "laps", "lap share", "mean lap (s)", "lap time / pid's", "ends"):
+    refs = next((list(r["lap_time_vs"]) for r in result["drivers"].values() if "lap_time_vs" in r), ["pid"])
+    for col in ("driver", "laps", "lap share", "mean lap (s)", *(f"lap time / {b}'s" for b in refs), "ends"):
         t.add_column(col)
     for name, r in result["drivers"].items():
-        ratio = r.get("lap_time_vs_pid")
+        vs = r.get("lap_time_vs", {})
         t.add_row(
             name,
             f"{r['laps']}/{r['runs']}",
             f"{100 * r['mean_completion']:.0f}%",
             "-" if r["mean_lap_s"] is None else f"{r['mean_lap_s']:.1f}",
-            "-" if ratio is None else f"{ratio:.3f} (n={r['n_common']})",
+            *(
+                "-" if vs.get(b, {}).get("ratio") is None else f"{vs[b]['ratio']:.3f} (n={vs[b]['n_common']})"
+                for b in refs
+            ),
             ", ".join(f"{n} {k}" for k, n in r["ends"].items()) or "-",
         )
     return t

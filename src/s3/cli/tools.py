@@ -100,6 +100,10 @@ def holdout(
             min=0.1, max=20.0, help="also a blind centerline follower at this lateral acceleration (m/s^2); repeatable"
         ),
     ] = None,
+    baseline: Annotated[
+        list[str] | None,
+        typer.Option(help="also a registered baseline beside the pid (pid_blind, pid_cautious); repeatable"),
+    ] = None,
     as_json: AsJson = False,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
@@ -113,7 +117,16 @@ def holdout(
 
     p = load(params, set_)
     with one_line_errors():
-        result = holdout_stage(p, family, POLICIES_DIR, surface, n_tracks=tracks, seed=seed, pursuit=pursuit or ())
+        result = holdout_stage(
+            p,
+            family,
+            POLICIES_DIR,
+            surface,
+            n_tracks=tracks,
+            seed=seed,
+            pursuit=pursuit or (),
+            baselines=baseline or (),
+        )
     if as_json:
         print(json.dumps(result))
         return

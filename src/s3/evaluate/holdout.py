@@ -7,7 +7,9 @@ training or validation has used. Those are 8 tracks from the held-out generator 
 (training validates on seed `train.seed`). Each track is run from 2 evenly spaced starts at
 5 m/s, and a run ends at the lap, a failure, or after the lap length at
 `train.validation_min_speed`. The `pid` drives the same runs, and each policy's lap times are
-given as a ratio to the pid's on the runs both completed.
+given as a ratio to the pid's on the runs both completed. Other registered baselines (`baselines`,
+e.g. `pid_cautious`, blind and planned for ice everywhere) drive the same runs on request, and
+each policy's lap times are given against theirs too.
 
     SURFACES["heavy_ice"]   every track has 3-6 patches of mu 0.1-0.3, up to 100 m long
     SURFACES["dry"]         no patches: pace
@@ -24,8 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from s3.catalog import PID
-from s3.evaluate.drivers import PidDriver
+from s3.catalog import BASELINES, PID
 from s3.evaluate.run import run_lap
 from s3.rl.controllers import PurePursuit
 from s3.rl.params import TrackPoolParams
@@ -60,12 +61,17 @@ def holdout(
     starts: int = 2,
     seed: int = HOLDOUT_SEED,
     workers: int = 0,
+    baselines: Sequence[str] = (PID,),
 ) -> dict[str, Any]:
-    """{"drivers": {"pid": row, name: row, ...}, ...}; each policy is (obs -> action, its EnvParams).
+    """{"drivers": {"pid": row, <baseline>: row, name: row, ...}, ...}; each policy is (obs -> action, its
+    EnvParams); `baselines` names registered baselines (s3.evaluate.evaluate.BASELINES), the pid always first.
 
     row: laps, runs, mean_completion, ends (reason counts), mean_lap_s, and for policies
-    lap_time_vs_pid (mean ratio over the runs both completed; < 1 = faster) with n_common.
+    lap_time_vs_pid (mean ratio over the runs both completed; < 1 = faster) with n_common, and
+    lap_time_vs {baseline: {"ratio", "n_common"}} for every baseline.
     """
+    from s3.evaluate.evaluate import BASELINES as BASELINE_DRIVERS
+    from s3.evaluate.evaluate import eval_params_of
     from s3.rl.source_env import SourceVecEnv
     from s3.rl.source_validation import source_episodes
 
@@ -73,21 +79,24 @@ def holdout(
     ti, s = start_grid(tracks, starts)
     limit = np.array([tracks[i].length for i in ti]) / params.train.validation_min_speed
     aids = params.sim.driver_aids
+    unknown = [b for b in baselines if b not in BASELINES]
+    if unknown:
+        raise ValueError(f"baselines {unknown}: expected some of {', '.join(BASELINES)}")
+    ep = eval_params_of(params)
+    rows, laps = {}, {}
     sim = make_sim(params.sim)
     try:
-        driver = PidDriver.for_sim(sim, params.evaluate.pid)
-        pid_runs = [
-            run_lap(sim, tracks[i], driver, float(si), start_speed=START_SPEED, max_seconds=float(lim))
-            for i, si, lim in zip(ti, s, limit)
-        ]
+        for b in dict.fromkeys([PID, *baselines]):
+            driver = BASELINE_DRIVERS[b](ep)(sim)
+            runs = [
+                run_lap(sim, tracks[i], driver, float(si), start_speed=START_SPEED, max_seconds=float(lim))
+                for i, si, lim in zip(ti, s, limit)
+            ]
+            laps[b] = np.array([r.lap_time if r.completed else np.nan for r in runs])
+            completion = np.array([min(r.progress / r.lap_length, 1.0) for r in runs])
+            rows[b] = _row(laps[b], completion, [r.reason for r in runs])
     finally:
         sim.close()
-    pid_lap = np.array([r.lap_time if r.completed else np.nan for r in pid_runs])
-    rows = {
-        PID: _row(
-            pid_lap, np.array([min(r.progress / r.lap_length, 1.0) for r in pid_runs]), [r.reason for r in pid_runs]
-        )
-    }
     for name, (policy, env_params) in policies.items():
         with SourceVecEnv(
             tracks,
@@ -105,9 +114,8 @@ def holdout(
             b = source_episodes(env, policy, obs, torch.as_tensor(np.ceil(limit / env.dt)).long())
         lap = np.where(b.completed, b.lap_time, np.nan)
         row = _row(lap, b.completion, b.reason)
-        common = np.isfinite(lap) & np.isfinite(pid_lap)
-        row["n_common"] = int(common.sum())
-        row["lap_time_vs_pid"] = float(np.mean(lap[common] / pid_lap[common])) if common.any() else None
+        row["lap_time_vs"] = {k: _ratio(lap, ref) for k, ref in laps.items()}
+        row["lap_time_vs_pid"], row["n_common"] = row["lap_time_vs"][PID]["ratio"], row["lap_time_vs"][PID]["n_common"]
         rows[name] = row
     return {
         "surface": surface,
@@ -117,6 +125,12 @@ def holdout(
         "driver_aids": aids.model_dump() if aids.enabled else None,
         "drivers": rows,
     }
+
+
+def _ratio(lap: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
+    """Mean lap-time ratio over the runs both drivers completed (< 1 = faster), and how many those are."""
+    common = np.isfinite(lap) & np.isfinite(ref)
+    return {"ratio": float(np.mean(lap[common] / ref[common])) if common.any() else None, "n_common": int(common.sum())}
 
 
 def _row(lap: np.ndarray, completion: np.ndarray, reasons: list[str]) -> dict[str, Any]:
@@ -138,18 +152,22 @@ def holdout_stage(
     n_tracks: int = 8,
     seed: int = HOLDOUT_SEED,
     pursuit: Sequence[float] = (),
+    baselines: Sequence[str] = (PID,),
 ) -> dict[str, Any]:
     """`s3 holdout`: the policies `family` names ("all": every trained one) from `policies_dir`,
     with the pid, on the held-out tracks; ParamsError for an unknown surface or a missing policy.
 
     `pursuit`: lateral accelerations (m/s^2) of blind reference drivers, one row `pursuit_<a>` each: the
     centerline follower of s3.rl.controllers reading only the policy observation (no map, no friction),
-    taking corners at most at that lateral acceleration, with `train.env` as its observation."""
+    taking corners at most at that lateral acceleration, with `train.env` as its observation. `baselines`:
+    registered baselines driven beside the pid (ParamsError for an unknown one)."""
     from s3.config import POLICIES_KEY, ParamsError, pick_names
     from s3.rl.export import load_policy_fn, policy_env_params
 
     if surface not in SURFACES:
         raise ParamsError(f"--surface: {surface!r} is not one of {', '.join(SURFACES)}")
+    if unknown := [b for b in baselines if b not in BASELINES]:
+        raise ParamsError(f"--baseline: {', '.join(unknown)} is not one of {', '.join(BASELINES)}")
     known = params.policies()
     trained = [n for n in known if (policies_dir / n / "policy.json").exists()]
     policies = {}
@@ -162,4 +180,4 @@ def holdout_stage(
     for a in pursuit:
         follower = PurePursuit(obs_layout(env), lateral_accel=a, brake_accel=min(3.0, a))
         policies[f"pursuit_{a:g}"] = (follower, env)
-    return holdout(policies, params, surface, n_tracks=n_tracks, seed=seed)
+    return holdout(policies, params, surface, n_tracks=n_tracks, seed=seed, baselines=baselines)

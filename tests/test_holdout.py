@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_regress_teeth import SEEDS, follower_policy
 from typer.testing import CliRunner
 
 from s3.cli import app
@@ -85,3 +86,17 @@ def test_a_blind_follower_that_takes_corners_gently_laps_the_heavy_ice(
     gentle, brisk = rows["pursuit_0.8"], rows["pursuit_4"]
     assert gentle["laps"] == 2 and gentle["lap_time_vs_pid"] > 1.5
     assert brisk["laps"] == 0 and brisk["ends"] == {"off_track": 2} and brisk["mean_completion"] < 0.9
+
+
+def test_holdout_seeds_drives_every_trained_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--seeds`: one row per seed folder (the unit of a policy's quality), each driven on the same runs."""
+    shutil.copy(Path(__file__).parents[1] / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    follower_policy(tmp_path / "policies" / "direct")  # two identical seeds: the same laps, deterministic
+    args = ["holdout", "--family", "direct", "--surface", "dry", "--tracks", "1", "--seeds", "--json"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout.strip().splitlines()[-1])["drivers"]
+    assert list(rows) == ["pid", *(f"direct/seed{k}" for k in SEEDS)]
+    a, b = (rows[f"direct/seed{k}"] for k in SEEDS)
+    assert a == b and a["laps"] == 2 and a["lap_time_vs_pid"] > 1.0  # 10 m/s: slower than the pid

@@ -104,6 +104,9 @@ def holdout(
         list[str] | None,
         typer.Option(help="also a registered baseline beside the pid (pid_blind, pid_cautious); repeatable"),
     ] = None,
+    seeds: Annotated[
+        bool, typer.Option("--seeds", help="one row per trained seed instead of the exported one")
+    ] = False,
     as_json: AsJson = False,
     params: ParamsPath = Path("params.yaml"),
     set_: Overrides = None,
@@ -126,6 +129,7 @@ def holdout(
             seed=seed,
             pursuit=pursuit or (),
             baselines=baseline or (),
+            every_seed=seeds,
         )
     if as_json:
         print(json.dumps(result))

@@ -153,15 +153,19 @@ def holdout_stage(
     seed: int = HOLDOUT_SEED,
     pursuit: Sequence[float] = (),
     baselines: Sequence[str] = (PID,),
+    every_seed: bool = False,
 ) -> dict[str, Any]:
     """`s3 holdout`: the policies `family` names ("all": every trained one) from `policies_dir`,
     with the pid, on the held-out tracks; ParamsError for an unknown surface or a missing policy.
+    `every_seed`: one row `<name>/seed<k>` per trained seed (the unit of a policy's quality) instead
+    of the exported one.
 
     `pursuit`: lateral accelerations (m/s^2) of blind reference drivers, one row `pursuit_<a>` each: the
     centerline follower of s3.rl.controllers reading only the policy observation (no map, no friction),
     taking corners at most at that lateral acceleration, with `train.env` as its observation. `baselines`:
     registered baselines driven beside the pid (ParamsError for an unknown one)."""
     from s3.config import POLICIES_KEY, ParamsError, pick_names
+    from s3.evaluate.suite import policy_seeds
     from s3.rl.export import load_policy_fn, policy_env_params
 
     if surface not in SURFACES:
@@ -174,8 +178,10 @@ def holdout_stage(
     for name in pick_names(family, known, trained, POLICIES_KEY):
         if not (policies_dir / name / "policy.json").exists():
             raise ParamsError(f"{policies_dir / name}: no policy; run `s3 train --family {name}` first")
-        fn, meta = load_policy_fn(policies_dir / name)
-        policies[name] = (fn, policy_env_params(meta))
+        folders = [(f"{name}/seed{k}", f) for k, f in policy_seeds(policies_dir / name)] if every_seed else []
+        for row, folder in folders or [(name, policies_dir / name)]:
+            fn, meta = load_policy_fn(folder)
+            policies[row] = (fn, policy_env_params(meta))
     env = params.train.env
     for a in pursuit:
         follower = PurePursuit(obs_layout(env), lateral_accel=a, brake_accel=min(3.0, a))

@@ -50,6 +50,7 @@ def validate_source(
     return summary
 
 
+@torch.inference_mode()
 def source_episodes(
     env: SourceVecEnv, policy: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor, limit: torch.Tensor
 ) -> EpisodeBatch:

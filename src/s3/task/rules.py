@@ -40,7 +40,6 @@ from s3.task.params import EndRules, RewardParams
 
 REASONS = ("running", "off_track", "backwards", "model_invalid", "stalled", "time_out")
 RUNNING, OFF_TRACK, BACKWARDS, MODEL_INVALID, STALLED, TIME_OUT = range(6)
-TERMS = ("progress", "action_rate", "off_track", "backwards", "stall")  # always; "lateral" too when it is on
 
 
 class Outcome(NamedTuple):

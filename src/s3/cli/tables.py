@@ -10,6 +10,8 @@ from typing import Any
 
 from rich.table import Table
 
+from s3.catalog import PID
+
 
 def _ci(m: dict[str, Any], digits: int = 2) -> str:
     """'estimate [lo, hi]' of an interval record, '-' without an estimate."""
@@ -48,7 +50,7 @@ def holdout_table(result: dict[str, Any]) -> Table:
         title=f"held-out procedural tracks ({result['surface']}, seed {result['seed']}), source simulator, "
         f"{result['runs']} runs"
     )
-    refs = next((list(r["lap_time_vs"]) for r in result["drivers"].values() if "lap_time_vs" in r), ["pid"])
+    refs = next((list(r["lap_time_vs"]) for r in result["drivers"].values() if "lap_time_vs" in r), [PID])
     for col in ("driver", "laps", "lap share", "mean lap (s)", *(f"lap time / {b}'s" for b in refs), "ends"):
         t.add_column(col)
     for name, r in result["drivers"].items():

@@ -11,8 +11,7 @@ given as a ratio to the pid's on the runs both completed. Other registered basel
 e.g. `pid_cautious`, blind and planned for ice everywhere) drive the same runs on request, and
 each policy's lap times are given against theirs too.
 
-    SURFACES["heavy_ice"]   every track has 3-6 patches of mu 0.1-0.3, up to 100 m long
-    SURFACES["dry"]         no patches: pace
+    SURFACES["heavy_ice"], SURFACES["dry"]   the sets of s3.evaluate.holdout_set
 
 These are the "16 heavy-ice procedural runs" the README's decisions cite.
 """
@@ -27,30 +26,15 @@ import numpy as np
 import torch
 
 from s3.catalog import BASELINES, PID
+from s3.evaluate.holdout_set import HOLDOUT_SEED, START_SPEED, SURFACES, holdout_tracks
 from s3.evaluate.run import run_lap
 from s3.rl.controllers import PurePursuit
-from s3.rl.params import TrackPoolParams
-from s3.rl.tracks import start_grid, validation_tracks
+from s3.rl.tracks import start_grid
 from s3.sim.factory import make_sim
 from s3.task.layout import obs_layout
 from s3.task.params import EnvParams
-from s3.tracks.generate import ProceduralTrackParams
-from s3.tracks.track import Track
 
-HOLDOUT_SEED = 7
-START_SPEED = 5.0  # m/s
-SURFACES: dict[str, ProceduralTrackParams] = {
-    "heavy_ice": ProceduralTrackParams(patch_probability=1.0, patches_min=3, patches_max=6, patch_length_max=100.0),
-    "dry": ProceduralTrackParams(patch_probability=0.0),
-}
 Policy = Callable[[torch.Tensor], torch.Tensor]
-
-
-def holdout_tracks(surface: str, n_tracks: int = 8, seed: int = HOLDOUT_SEED) -> list[Track]:
-    """The held-out procedural tracks for `surface` (a key of SURFACES)."""
-    if surface not in SURFACES:
-        raise ValueError(f"surface {surface!r}: expected one of {', '.join(SURFACES)}")
-    return validation_tracks(TrackPoolParams(validation_tracks=n_tracks, procedural=SURFACES[surface]), seed=seed)
 
 
 def holdout(

@@ -16,7 +16,7 @@ is its first seed's; when more than one seed kept its checkpoints, the route als
 or bound (`seeds`), and `claim_route` names the route direct is compared with (train.direct.route):
 claim 1's censored test (s3.report.censored).
 
-The set. One fixed set of procedural hold-out tracks (s3.evaluate.holdout: generator seed
+The set. One fixed set of procedural hold-out tracks (s3.evaluate.holdout_set: generator seed
 `time_to_quality.seed`, 7 by default, never used for training or validation), the same for both
 routes: 8 tracks x 2 evenly spaced starts = 16 runs at 5 m/s, in the one car (`sim.driver_aids`). Half the
 tracks carry heavy ice (3-6 patches of mu 0.1-0.3), half are dry: track i is the heavy-ice version when i %
@@ -60,7 +60,7 @@ from typing import Any
 
 from s3 import headline
 from s3.catalog import DIRECT
-from s3.evaluate.holdout import START_SPEED
+from s3.evaluate.holdout_set import START_SPEED
 from s3.evaluate.ttq_checkpoints import CHECKPOINTS, ICE_SLOTS, N_TRACKS, STARTS, ttq_tracks
 from s3.evaluate.ttq_routes import (
     LAP_SHARE,
@@ -161,7 +161,7 @@ def time_to_quality(
             "starts_per_track": starts,
             "runs": n_tracks * starts,
             "start_speed_m_s": START_SPEED,
-            "surfaces": "track i heavy_ice when i % 4 in (0, 3), else dry (s3.evaluate.holdout.SURFACES)",
+            "surfaces": "track i heavy_ice when i % 4 in (0, 3), else dry (s3.evaluate.holdout_set.SURFACES)",
             "time_limit": f"lap length / train.validation_min_speed ({params.train.validation_min_speed} m/s)",
             "list": [
                 {

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from s3.evaluate.holdout import HOLDOUT_SEED, START_SPEED, holdout_tracks
+from s3.evaluate.holdout_set import HOLDOUT_SEED, START_SPEED, holdout_tracks
 from s3.progress import advance
 from s3.rl.checkpoints import DIR, load_checkpoint_fn, read_index
 from s3.rl.export import policy_env_params

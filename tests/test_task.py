@@ -18,7 +18,7 @@ from s3.rl.controllers import PurePursuit
 from s3.rl.env import DistilledEnv
 from s3.sim.base import VehicleState
 from s3.sim.params import SimParams
-from s3.task.params import EndRules, EnvParams
+from s3.task.params import EndRules, EnvParams, RewardParams
 from s3.task.rules import BACKWARDS, OFF_TRACK, STALLED, TIME_OUT, Rules
 
 N, STEPS = 8, 90
@@ -69,7 +69,8 @@ def _actions(env: DistilledEnv) -> list[torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def run(bicycle, tracks_with_ice):
-    params = EnvParams(num_envs=N, surface_label=True, stall_seconds=3.0, episode_seconds=8.0)
+    careful = RewardParams(lateral_limit=1.0)  # the lateral term on: the source env prices it from its own state
+    params = EnvParams(num_envs=N, surface_label=True, stall_seconds=3.0, episode_seconds=8.0, reward=careful)
     start = (
         torch.arange(N) % len(tracks_with_ice),
         30.0 * torch.arange(N),
@@ -91,9 +92,11 @@ def run(bicycle, tracks_with_ice):
         "reward": [],
         "reason": [],
         "done": [],
+        "lateral": [],
     }
     for a in actions:
         td, rew, done, extras = env.step(a)
+        rec["lateral"].append(extras["log"]["reward/lateral"].clone())
         rec["obs"].append(td["policy"].clone())
         rec["frames"].append(torch.cat([env.pose, env.hs[:, -1]], 1).clone())
         rec["reward"].append(rew.clone())
@@ -131,6 +134,7 @@ def test_source_env_gives_the_distilled_envs_observations_rewards_and_reasons(
         assert torch.equal(td["policy"], rec["obs"][k + 1]), k
         assert torch.equal(rew, rec["reward"][k]), k
         assert torch.equal(extras["reason"], rec["reason"][k]) and torch.equal(done, rec["done"][k]), k
+    assert (rec["lateral"] < 0).any()  # the replayed run did corner above the limit
 
 
 def test_policy_driver_gives_the_distilled_envs_observations(run, tracks_with_ice) -> None:

@@ -687,3 +687,62 @@ def test_the_dagger_section_reads_every_round(ws: Path, monkeypatch: pytest.Monk
     assert "## DAgger rounds" in md
     assert "| ddm | 0 | 1.00 / 0.50 (22 / 42) | 0.65 [0.60, 0.70] (n=2) |" in md
     assert "| 0.70 [0.60, 0.80] (n=3) | — / 0.190 | 20.0 |" in md
+
+
+def test_training_section_every_seed_its_end_and_its_curve(ws: Path) -> None:
+    """Every seed's kept hold-out score (all / dry), its steps and what ended it, from records/train; its curve from
+    its seed folder's policy.json history (the kept checkpoint found by iteration); direct's from its own record."""
+    dry, score = [1.0, 0.9, 0.8], [0.7, 0.6, 0.5]
+    ends = ["plateau", "plateau", "max_minutes"]
+    seeds = [
+        {"seed": k, "validation_score": score[k], "validation_score_dry": dry[k], "iteration": 39,
+         "env_steps": 3_000_000 + k, "stopped_by": ends[k], "wall_s": 120.0 * (k + 1)}
+        for k in range(3)
+    ]  # fmt: skip
+    _write(ws / "metrics" / "train" / "ddm.json", {"family": "ddm", "train": {}, "seed_selection": {"seeds": seeds}})
+    for k in (0, 1):  # seed 2's folder is missing: no curve, still a row
+        hist = [
+            {
+                "iteration": it,
+                "env_steps": (it + 1) * 1000,
+                "score": 0.2 * j,
+                "score_dry": 0.3 * j,
+                "score_ice": 0.1 * j,
+            }
+            for j, it in enumerate((19, 39, 59), start=1)
+        ]
+        _write(ws / "policies" / "ddm" / "seeds" / f"seed{k}" / "policy.json", {"history": hist})
+    direct = json.loads((ws / "metrics" / "train" / "direct.json").read_text())
+    direct |= {
+        "stopped_by": "plateau",
+        "validation": {"score": 0.66, "score_dry": 1.0, "env_steps": 2000},
+        "learning_curve": [
+            {"iteration": 1, "env_steps": 1000, "val_score": 0.3},
+            {"env_steps": 2000, "val_score": None},
+        ],
+    }
+    _write(ws / "metrics" / "train" / "direct.json", direct)
+    rep = rp.build_report(ws / "metrics")
+    rows = {r["policy"]: r for r in rep["training"]}
+    assert list(rows) == ["ddm", "direct"]  # no seeds recorded for the others: no row
+    ddm = rows["ddm"]
+    assert ddm["in"] == "model" and [s["stopped_by"] for s in ddm["seeds"]] == ends
+    assert (
+        ddm["dry"]["min"] == 0.8 and ddm["dry"]["mean"] == pytest.approx(0.9) and ddm["dry"]["sd"] == pytest.approx(0.1)
+    )
+    assert [s["kept_env_steps"] for s in ddm["seeds"]] == [40000, 40000, None]
+    assert [p["score_dry"] for p in ddm["seeds"][0]["curve"]] == pytest.approx([0.3, 0.6, 0.9])
+    d = rows["direct"]
+    assert d["in"] == "source simulator" and d["seeds"][0]["score"] == 0.66 and d["dry"]["sd"] is None
+    assert [p["score"] for p in d["seeds"][0]["curve"]] == [0.3]  # a point without a score is left out
+    rp.write_report(rep, ws / "metrics", ws / "reports", ws / "plots" / "report")
+    md = (ws / "reports" / "report.md").read_text()
+    section = md.split("## Training, every seed")[1].split("\n## ")[0]
+    assert (
+        "| ddm | model | 0.70 / 0.60 / 0.50 | 1.00 / 0.90 / 0.80 | 0.80 / 0.90 / 0.10 (n=3) | 3.0 / 3.0 / 3.0 |"
+        in section
+    )
+    assert "| plateau, plateau, max_minutes | 2.0 / 4.0 / 6.0 |" in section
+    assert "| direct | source simulator | 0.66 | 1.00 | 1.00 / 1.00 / — (n=1) |" in section
+    assert "![training_curves](../plots/report/training_curves.png)" in section
+    assert (ws / "plots" / "report" / "training_curves.png").stat().st_size > 1000

@@ -25,6 +25,7 @@ from s3.report.cost import DASH, duration
 from s3.report.cost import interval_text as _interval
 from s3.report.render_claims import CLAIM_COLUMNS, claim_rows, claims_section
 from s3.report.render_levers import dagger_section, lever_section
+from s3.report.render_training import training_section
 from s3.report.rows import CONDITIONS, CORRELATED, ERROR_METRICS
 
 
@@ -270,10 +271,16 @@ def _md_table(columns: Iterable[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Path) -> str:
-    """reports/report.md: the tables, the correlation, the costs, the figure, the definitions."""
+def markdown(
+    report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Path, training_figure: Path | None = None
+) -> str:
+    """reports/report.md: the tables, the correlation, the costs, the figures, every seed's training, the
+    definitions (`training_figure`: the seeds' curves, shown in their own section)."""
 
-    figs = [f"![{Path(f).stem}]({os.path.relpath(Path(f).resolve(), Path(reports_dir).resolve())})" for f in figures]
+    def image(f: Path) -> str:
+        return f"![{Path(f).stem}]({os.path.relpath(Path(f).resolve(), Path(reports_dir).resolve())})"
+
+    figs = [image(f) for f in figures]
     parts = [
         "# s3 report: prediction accuracy vs policy quality",
         # when and on which host: records/report.json (the same metrics, the same bytes)
@@ -292,6 +299,7 @@ def markdown(report: Mapping[str, Any], figures: Iterable[Path], reports_dir: Pa
         "## Efficiency",
         _md_table(EFF_COLUMNS, efficiency_rows(report)),
         "\n".join(f"- {line}" for line in cost_lines(report)),
+        *training_section(report.get("training") or [], _md_table, training_figure and image(training_figure)),
         *lever_section(report.get("levers") or [], _md_table),
         *dagger_section(report.get("dagger") or [], _md_table),
         "## Definitions",

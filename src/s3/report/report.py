@@ -3,7 +3,8 @@
     report(metrics_dir="records", reports_dir="reports", plots_dir="plots/report") -> report dict
 
 joins `records/distill/<family>.json` (prediction accuracy), `records/eval/<name>.json` (policy
-quality back in the source simulator), `records/train/<name>.json` (RL wall clock), the
+quality back in the source simulator), `records/train/<name>.json` (RL wall clock, every seed's hold-out
+score and end), every seed's validation history (policies/<name>/seeds/seed<k>/policy.json), the
 rollout manifest (rows), `records/collect.json` (collection wall clock), the experiment sets
 (`records/experiments/<set>/`) and the DAgger rounds (`records/dagger/<policy>.json`) into one report, and writes
 
@@ -13,6 +14,8 @@ rollout manifest (rows), `records/collect.json` (collection wall clock), the exp
     plots/report/error_vs_horizon.png        every family's open-loop position error against horizon
     plots/report/calibration_<family>.png    an ensemble's spread against its error, per surface
                                              (only for the families distilled as an ensemble)
+    plots/report/training_curves.png         every seed's validation curve on the procedural hold-out
+                                             (s3.report.training; from policies/<name>/seeds/)
 
 It is printed as rich tables and logged to MLflow (one run per family, the pipeline's parent run
 for the correlation and the baselines), so runs of different families and pipeline runs line
@@ -27,6 +30,7 @@ This module joins and writes; each step has its own module:
     cost.py     efficiency: collection and direct PPO costs, speed-up, break-even
     levers.py   the ice levers' rows (the `ice` experiment set)
     dagger.py   the DAgger rounds' rows (the dagger@<policy> stages)
+    training.py every trained seed: its kept hold-out score, its end, its validation curve
     render.py   the tables and lines as text, rich tables, reports/report.md
     plots.py    the accuracy-vs-quality figure
     mlflow.py   the MLflow runs
@@ -72,6 +76,7 @@ from s3.report.render import (
     report_table,
 )
 from s3.report.rows import CORRELATED, policy_kind, policy_row, prediction_source, selected_row
+from s3.report.training import training_rows
 
 HEADLINE_ERROR = "ade_2s_all"
 FIGURE = "accuracy_vs_quality.png"
@@ -125,10 +130,12 @@ def build_report(
     manifest: Path | None = None,
     families: Iterable[str] | None = None,
     models: Mapping[str, str] | None = None,
+    policies_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Join the stage metrics into the report dict (reads files, writes nothing).
 
-    `manifest` defaults to <metrics_dir>/../data/rollouts/manifest.json (the project layout).
+    `manifest` defaults to <metrics_dir>/../data/rollouts/manifest.json and `policies_dir` (every seed's
+    validation history, s3.report.training) to <metrics_dir>/../policies (the project layout).
     `families` (default: every family of s3.catalog) and `models` (policy -> the model
     family it trains in; default: each family its own) come from params.yaml in `s3 report`.
     """
@@ -188,6 +195,7 @@ def build_report(
         "experiments": {k: sorted(v) for k, v in experiments.items()},
         "levers": lever_rows(experiments.get(LEVER_SET, {}), evals),
         "dagger": dagger_rows(metrics_dir),
+        "training": training_rows(t_dir, Path(policies_dir or metrics_dir.parent / "policies"), names),
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({platform.machine()}, {platform.system()}, {os.cpu_count()} CPUs)",
         "metrics_dir": str(metrics_dir),
@@ -233,12 +241,20 @@ def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path
     for family, ens in ensemble_records(Path(metrics_dir) / "distill").items():
         title = f"{family}: ensemble of {ens['members']}, spread vs error at {ens['horizon_s']:g} s (test episodes)"
         figs.append(plot_calibration(Path(plots_dir) / f"calibration_{family}.png", ens["calibration"], title))
+    training = None
+    if any(s["curve"] for r in report.get("training") or [] for s in r["seeds"]):
+        from s3.report.render_training import FIGURE as TRAINING_FIGURE
+        from s3.viz.train_plots import plot_seed_curves
+
+        title = "every seed's validation on the held-out procedural tracks: dry runs solid, icy dashed, kept circled"
+        training = plot_seed_curves(Path(plots_dir) / TRAINING_FIGURE, report["training"], title)
+        figs.append(training)
     out = headline.write_record(Path(metrics_dir) / "report.json", report, headline.report)
     ttq_figure = (
         Path(plots_dir).parent / "time_to_quality.png"
     )  # the time_to_quality stage's figure, linked (not written) here
-    shown = [*figs, *([ttq_figure] if ttq_figure.exists() else [])]
-    md = write_text_atomic(Path(reports_dir) / "report.md", markdown(report, shown, Path(reports_dir)))
+    shown = [*(f for f in figs if f != training), *([ttq_figure] if ttq_figure.exists() else [])]
+    md = write_text_atomic(Path(reports_dir) / "report.md", markdown(report, shown, Path(reports_dir), training))
     return [out, md, *figs]
 
 

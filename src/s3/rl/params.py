@@ -289,10 +289,11 @@ class TrainParams(_Section):
         6.0, gt=0.5, le=100.0, description="a validation lap must average at least this (m/s)"
     )
     validation_tolerance: float = Field(
-        0.1,
+        0.0,
         ge=0.0,
         le=1.0,
-        description="keep the latest checkpoint scoring within this of the best (0: the best; see s3.rl.train)",
+        description="keep the latest checkpoint scoring within this of the best (0: the best, the latest of equals; "
+        "s3.rl.validation.kept_index)",
     )
     road_course_check: bool = Field(
         True,

@@ -704,7 +704,7 @@ def test_training_section_every_seed_its_end_and_its_curve(ws: Path) -> None:
         hist = [
             {
                 "iteration": it,
-                "env_steps": (it + 1) * 1000,
+                "env_steps": (it + 1) * 50_000,
                 "score": 0.2 * j,
                 "score_dry": 0.3 * j,
                 "score_ice": 0.1 * j,
@@ -730,7 +730,7 @@ def test_training_section_every_seed_its_end_and_its_curve(ws: Path) -> None:
     assert (
         ddm["dry"]["min"] == 0.8 and ddm["dry"]["mean"] == pytest.approx(0.9) and ddm["dry"]["sd"] == pytest.approx(0.1)
     )
-    assert [s["kept_env_steps"] for s in ddm["seeds"]] == [40000, 40000, None]
+    assert [s["kept_env_steps"] for s in ddm["seeds"]] == [2_000_000, 2_000_000, None]
     assert [p["score_dry"] for p in ddm["seeds"][0]["curve"]] == pytest.approx([0.3, 0.6, 0.9])
     d = rows["direct"]
     assert d["in"] == "source simulator" and d["seeds"][0]["score"] == 0.66 and d["dry"]["sd"] is None
@@ -739,8 +739,8 @@ def test_training_section_every_seed_its_end_and_its_curve(ws: Path) -> None:
     md = (ws / "reports" / "report.md").read_text()
     section = md.split("## Training, every seed")[1].split("\n## ")[0]
     assert (
-        "| ddm | model | 0.70 / 0.60 / 0.50 | 1.00 / 0.90 / 0.80 | 0.80 / 0.90 / 0.10 (n=3) | 3.0 / 3.0 / 3.0 |"
-        in section
+        "| ddm | model | 0.70 / 0.60 / 0.50 | 1.00 / 0.90 / 0.80 | 0.80 / 0.90 / 0.10 (n=3) "
+        "| 2.0 of 3.0 / 2.0 of 3.0 / — of 3.0 |" in section
     )
     assert "| plateau, plateau, max_minutes | 2.0 / 4.0 / 6.0 |" in section
     assert "| direct | source simulator | 0.66 | 1.00 | 1.00 / 1.00 / — (n=1) |" in section

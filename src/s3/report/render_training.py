@@ -13,7 +13,7 @@ TRAINING_COLUMNS = (
     "hold-out lap share, all runs (per seed)",
     "dry runs (per seed)",
     "dry: lowest / mean / SD (n seeds)",
-    "env steps (M)",
+    "env steps (M): kept checkpoint of run",
     "ended by",
     "wall per seed (min)",
 )
@@ -22,6 +22,10 @@ FIGURE = "training_curves.png"  # plots/report/<FIGURE>: s3.viz.train_plots.plot
 
 def _each(seeds: list[Mapping[str, Any]], key: str, fmt: Callable[[float], str]) -> str:
     return " / ".join(DASH if s.get(key) is None else fmt(s[key]) for s in seeds)
+
+
+def _m(steps: float | None) -> str:
+    return DASH if steps is None else f"{steps / 1e6:.1f}"
 
 
 def _dry(d: Mapping[str, Any]) -> str:
@@ -43,7 +47,7 @@ def training_rows_md(rows: list[Mapping[str, Any]]) -> list[list[str]]:
                 _each(seeds, "score", lambda x: f"{x:.2f}"),
                 _each(seeds, "score_dry", lambda x: f"{x:.2f}"),
                 _dry(r["dry"]),
-                _each(seeds, "env_steps", lambda x: f"{x / 1e6:.1f}"),
+                " / ".join(f"{_m(s.get('kept_env_steps'))} of {_m(s.get('env_steps'))}" for s in seeds),
                 ", ".join(ended) if len(set(ended)) > 1 else f"{ended[0]} x{len(ended)}",
                 _each(seeds, "wall_s", lambda x: f"{x / 60:.1f}"),
             ]
@@ -60,9 +64,10 @@ def training_section(
     return [
         "## Training, every seed (procedural hold-out)",
         "Each seed's kept checkpoint on the held-out procedural tracks that training validates on (inside its "
-        "distilled model; `direct` in the source simulator): the lap share of all runs and of the dry runs, how "
-        "many steps it ran and what ended it (plateau: no gain for the rule's chunks; step cap; wall-clock cap = "
-        "truncated). These are the figures recipes are chosen on; the evaluation suite above is not.",
+        "distilled model; `direct` in the source simulator): the lap share of all runs and of the dry runs, "
+        "where its kept checkpoint lies and how many steps it ran, and what ended it (plateau: no gain for the "
+        "rule's chunks; step cap; wall-clock cap = truncated). These are the figures recipes are chosen on; the "
+        "evaluation suite above is not.",
         md_table(TRAINING_COLUMNS, training_rows_md(rows)),
         *([figure] if figure else []),
     ]

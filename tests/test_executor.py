@@ -66,6 +66,23 @@ def test_results_come_back_in_job_order(workers: int) -> None:
     assert sorted(done) == [0, 1, 2, 3]
 
 
+def torch_threads() -> tuple[int, str | None]:
+    import torch
+
+    return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+
+
+def test_a_pool_job_runs_on_one_torch_thread() -> None:
+    """Two workers on the cores, each with torch's default of a thread per core, oversubscribe the machine
+    (an evaluation lap ran 5x slower): a pool job starts on one thread, whatever the submitting process has."""
+    import torch
+
+    before = torch.get_num_threads()
+    out = LocalExecutor(2, policy=FAST).run([Job(f"t{i}", torch_threads, ()) for i in range(2)])
+    assert [o.value for o in out] == [(1, "1"), (1, "1")]
+    assert torch.get_num_threads() == before  # this process keeps its own
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_lost_simulator_is_retried_then_given_up_as_failed(workers: int, tmp_path: Path) -> None:
     jobs = [

@@ -33,8 +33,9 @@ Local backend. `workers == 1` runs the jobs in this process, one after another (
 start-up; a job that kills its process kills the stage). Otherwise they run in a process pool
 whose workers fork from a forkserver that imported `preload` once and end with this process
 (s3.workers); each job runs under this process's environment as it is when the job is submitted
-(the server's own is the one it started with). When a worker dies the pool breaks and every job in flight fails with it;
-those jobs are re-run one at a time in a pool of their own, so that a death there is charged to the job that caused it.
+(the server's own is the one it started with), on one torch thread (`_in_worker`). When a worker
+dies the pool breaks and every job in flight fails with it; those jobs are re-run one at a time in a
+pool of their own, so that a death there is charged to the job that caused it.
 """
 
 from __future__ import annotations
@@ -307,8 +308,16 @@ class LocalExecutor(Executor):
 
 
 def _in_worker(environ: dict[str, str], fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """Run a job in a pool worker under the submitting process's environment."""
+    """Run a job in a pool worker under the submitting process's environment, on one torch thread.
+
+    The pool already runs `workers` jobs side by side on the cores; torch's default of a thread per core
+    in each of them oversubscribes the machine: one evaluation lap (a batch-1 policy and its observation
+    each control step, in torch) ran 5x slower with two threads than with one beside another busy process,
+    the same laps to the bit. A job that wants more threads sets its own (PPO: train.torch_threads)."""
     if environ != os.environ:
         os.environ.clear()
         os.environ.update(environ)
+    os.environ["OMP_NUM_THREADS"] = "1"  # for a torch that the job itself imports
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
     return fn(*args)

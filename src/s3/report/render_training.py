@@ -17,7 +17,7 @@ TRAINING_COLUMNS = (
     "ended by",
     "wall per seed (min)",
 )
-FIGURE = "training_curves.png"  # plots/report/<FIGURE>: s3.viz.train_plots.plot_seed_curves
+FIGURE = "training_curves.png"  # plots/report/<FIGURE>: s3.viz.seed_curves.plot_seed_curves
 
 
 def _each(seeds: list[Mapping[str, Any]], key: str, fmt: Callable[[float], str]) -> str:

@@ -244,9 +244,9 @@ def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path
     training = None
     if any(s["curve"] for r in report.get("training") or [] for s in r["seeds"]):
         from s3.report.render_training import FIGURE as TRAINING_FIGURE
-        from s3.viz.train_plots import plot_seed_curves
+        from s3.viz.seed_curves import plot_seed_curves
 
-        title = "every seed's validation on the held-out procedural tracks: dry runs solid, icy dashed, kept circled"
+        title = "every seed's validation on the procedural hold-out: dry solid, icy dashed, all dotted, kept circled"
         training = plot_seed_curves(Path(plots_dir) / TRAINING_FIGURE, report["training"], title)
         figs.append(training)
     out = headline.write_record(Path(metrics_dir) / "report.json", report, headline.report)

@@ -105,7 +105,8 @@ def test_tiny_ppo_beats_random_and_writes_policy_files(trained, bicycle, tracks)
     assert meta["train"]["env_steps"] == 24 * 128 * 16 and len(meta["history"]) == 3
     assert meta["train"]["stopped_by"] == "max_env_steps"  # the budget, not the safety cap, ended it
     scores = [h["score"] for h in meta["history"]]
-    assert meta["validation"]["iteration"] == meta["history"][kept_index(scores, 0.1)]["iteration"]  # the default rule
+    rule = meta["params"]["validation_tolerance"]  # the default rule
+    assert meta["validation"]["iteration"] == meta["history"][kept_index(scores, rule)]["iteration"]
     assert meta["dynamics_model"]["sha256"] and meta["params"]["env"]["num_envs"] == 128
     # the trained policy earns more per step than random actions, in the same env and starts
     env = DistilledEnv(bicycle, tracks, EnvParams(num_envs=32), seed=3)

@@ -310,10 +310,10 @@ class LocalExecutor(Executor):
 def _in_worker(environ: dict[str, str], fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     """Run a job in a pool worker under the submitting process's environment, on one torch thread.
 
-    The pool already runs `workers` jobs side by side on the cores; torch's default of a thread per core
-    in each of them oversubscribes the machine: one evaluation lap (a batch-1 policy and its observation
-    each control step, in torch) ran 5x slower with two threads than with one beside another busy process,
-    the same laps to the bit. A job that wants more threads sets its own (PPO: train.torch_threads)."""
+    The pool already runs `workers` jobs side by side on the cores; torch's default of a thread per core in
+    each of them oversubscribes the machine (evaluation laps, batch-1 torch each control step, ran several
+    times slower; measured in reports/run-2026-12-07-best-checkpoint.md). One thread changes no result. A job
+    that wants more threads sets its own (PPO: train.torch_threads)."""
     if environ != os.environ:
         os.environ.clear()
         os.environ.update(environ)

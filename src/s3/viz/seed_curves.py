@@ -18,7 +18,7 @@ from s3.viz.track_plot import new_figure, save_figure
 def plot_seed_curves(path: str | Path, rows: Sequence[dict[str, Any]], title: str) -> Path:
     """One panel per policy (s3.report.training's rows): every seed's validation lap share against environment
     steps, dry runs solid and icy runs dashed (all runs dotted where the dry/icy split is not recorded), each
-    seed's kept checkpoint a dot on its dry (else all-runs) curve, and the panel titled with where it validated."""
+    seed's kept checkpoint circled on its dry (else all-runs) curve, and the panel titled with where it validated."""
     rows = [r for r in rows if any(s["curve"] for s in r["seeds"])]
     cols = min(3, max(1, len(rows)))
     fig = new_figure((3.8 * cols, 3.0 * -(-max(1, len(rows)) // cols)))

@@ -229,3 +229,21 @@ def test_the_dagger_stage_deps_cover_the_source_it_runs(tmp_path) -> None:
     )
     assert not missing, f"dvc.yaml: dagger@{name} runs these files but lists none of them or their folders: {missing}"
     assert ROOT / "policies" / name in deps  # the policy that drives round 1 (its policy.json pins its model)
+
+
+# TrainParams keys that a distilled PPO run does not read: `direct` is train_direct's own section, `progress_bar`
+# only draws on stderr, and `per_policy` is listed per policy (train.per_policy.${key}).
+NOT_READ_BY_TRAIN = {"direct", "progress_bar", "per_policy"}
+
+
+def test_the_train_stage_params_cover_every_key_a_run_reads() -> None:
+    """A train key missing from train@<policy>'s params would change the policy without DVC re-running the stage,
+    and DVC's run cache would hand an experiment that sets it the outputs of one that did not."""
+    import yaml
+
+    from s3.rl.params import TrainParams
+
+    listed = {p for p in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["train"]["do"]["params"]}
+    missing = sorted(f"train.{k}" for k in TrainParams.model_fields if k not in NOT_READ_BY_TRAIN)
+    missing = [k for k in missing if k not in listed and "train" not in listed]
+    assert not missing, f"dvc.yaml: train@<policy> does not list these params that its runs read: {missing}"

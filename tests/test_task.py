@@ -198,6 +198,31 @@ def test_a_pace_caps_the_progress_a_step_is_paid_for() -> None:
     assert free.terms["progress"].tolist() == pytest.approx([0.25, 0.04, -0.03])  # pace 0: every metre
 
 
+def test_a_grip_pace_caps_progress_on_ice_and_not_on_asphalt(tracks_with_ice) -> None:
+    """reward.grip_pace 35 at dt 0.1: a step on a patch of friction mu pays for at most 3.5 mu m of progress; on
+    asphalt (mu about 1) 25 m/s is paid in full; with `pace` too the lower cap pays."""
+    from s3.task.frame import TrackFrame
+
+    track = tracks_with_ice[0]
+    patch = track.patches[0]
+    s = torch.tensor([0.5 * (patch.s_start + patch.s_end), 0.5 * (patch.s_start + patch.s_end), 0.0])
+    d = torch.tensor([0.5 * (patch.d_min + patch.d_max), 0.5 * (patch.d_min + patch.d_max), 0.0])
+    frame = TrackFrame([track], 3)
+    x, y, h = frame.tracks.pose_at(torch.zeros(3, dtype=torch.long), s, d)
+    frame.place(torch.arange(3), torch.zeros(3, dtype=torch.long), torch.stack([x, y, h], 1))
+    mu = frame.mu.clone()
+    assert mu[0] == pytest.approx(patch.mu) and mu[2] > 0.9  # on the patch, on asphalt
+    ds = torch.tensor([2.5, 0.1 * patch.mu, 2.5])  # 25 m/s on ice, 1 mu m/s on ice, 25 m/s on asphalt
+    still = (torch.zeros(3, 2), torch.zeros(3, 2), torch.zeros(3, dtype=torch.bool))
+    ends = EndRules.training(EnvParams())
+    careful = EnvParams().reward.model_copy(update={"grip_pace": 35.0})
+    out = Rules(3, 0.1, ends, careful, max_steps=100).judge(frame, ds, *still)
+    assert out.terms["progress"].tolist() == pytest.approx([0.1 * 3.5 * patch.mu, 0.1 * 0.1 * patch.mu, 0.25])
+    both = careful.model_copy(update={"pace": 10.0})
+    out = Rules(3, 0.1, ends, both, max_steps=100).judge(frame, ds, *still)
+    assert out.terms["progress"].tolist() == pytest.approx([0.1 * 3.5 * patch.mu, 0.1 * 0.1 * patch.mu, 0.1])
+
+
 def test_a_lateral_limit_prices_cornering_harder_than_it(bicycle, tracks_with_ice) -> None:
     """reward.lateral_limit 2 m/s^2, weight 0.1: a step at |vx r| = 5 costs 0.3, at 1.5 nothing; off: no term."""
     from s3.task.frame import TrackFrame

@@ -27,6 +27,15 @@ class RewardParams(_Section):
         description="progress pays for at most this speed along the centerline (m/s): a step's paid progress is "
         "min(ds, pace x dt), so beyond it speed buys nothing but risk (caution as an objective, issue #38); 0 = off",
     )
+    grip_pace: float = Field(
+        0.0,
+        ge=0.0,
+        le=1000.0,
+        description="progress pays for at most grip_pace x mu m/s, mu the peak friction under the car (about 1 on "
+        "asphalt, 0.1-0.3 on ice): care where the road is slippery and nowhere else, at 35 about 7 m/s on mu 0.2 and "
+        "no cap on asphalt (caution as an objective, issue #38; the reward may use the surface, a blind actor does not "
+        "observe it); with `pace` too, the lower cap pays; 0 = off",
+    )
     lateral_limit: float = Field(
         0.0,
         ge=0.0,

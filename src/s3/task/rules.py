@@ -5,7 +5,8 @@
     out = rules.judge(frame, ds, action, action_prev, invalid, active=None, state=None)
 
 Reward per control step, as named terms (each logged as `reward/<term>`; their sum is the reward):
-    progress     +w * min(ds, pace * dt)       ds = signed arc-length change along the centerline [m]; pace 0: ds
+    progress     +w * min(ds, pace * dt, grip_pace * mu * dt)   ds = signed arc-length change along the centerline
+                                               [m]; mu = peak friction under the car; a cap at 0 is off
     action_rate  -w * |a[t] - a[t-1]|^2        a = the policy action (steer, longitudinal)
     off_track    -w * [off track]
     backwards    -w * [backwards and not off track]
@@ -67,6 +68,7 @@ class Rules:
     ) -> None:
         self.ends, self.weights, self.max_steps = ends, reward, int(max_steps)
         self.paid_ds = reward.pace * dt if reward.pace > 0 else None  # the most progress a step is paid for [m]
+        self.grip_paid_ds = reward.grip_pace * dt if reward.grip_pace > 0 else None  # ... per unit of friction [m]
         self.lateral_limit = reward.lateral_limit if reward.lateral_limit > 0 and reward.lateral > 0 else None
         self.off_track_weight = float(reward.off_track)  # a training run's constraint may move it (s3.rl.caution)
         self.stall_limit = max(1, int(round(ends.stall_seconds / dt)))
@@ -80,6 +82,14 @@ class Rules:
         self.steps[ids] = 0
         self.stall_ref[ids] = 0.0
         self.stall_steps[ids] = 0
+
+    def _paid(self, ds: Tensor, frame: TrackFrame) -> Tensor:
+        """The progress [N] a step is paid for: ds capped by `pace` and by `grip_pace` x the friction under the car."""
+        if self.paid_ds is not None:
+            ds = ds.clamp(max=self.paid_ds)
+        if self.grip_paid_ds is not None:
+            ds = torch.minimum(ds, self.grip_paid_ds * frame.mu)
+        return ds
 
     @torch.inference_mode()
     def judge(
@@ -115,7 +125,7 @@ class Rules:
         if active is not None:
             stalled, time_out = active & stalled, active & time_out
         terms = {
-            "progress": w.progress * (ds if self.paid_ds is None else ds.clamp(max=self.paid_ds)),
+            "progress": w.progress * self._paid(ds, frame),
             "action_rate": -(w.action_rate * (action - action_prev).square().sum(dim=1)),
             "off_track": -(self.off_track_weight * off.float()),
             "backwards": -(w.backwards * (backwards & ~off).float()),

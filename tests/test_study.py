@@ -11,6 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from s3.cli import app
+from s3.config import load_params
 from s3.platform.study import RESULT_KEYS, run_study, seed_rollouts, write_result
 from s3.platform.study_set import StudyError, check_study, check_variant, load_study
 
@@ -30,6 +31,15 @@ def test_the_sets_validate(name: str) -> None:
     for v in study.variants.values():
         assert params[v.name].train.seeds == 2 and v.overrides["train.seeds"] == 2
         assert params[v.name].model_of(v.policy) == v.family
+
+
+def test_the_ice_set_validates() -> None:
+    study = load_study("ice", ROOT)
+    params = check_study(study)  # a variant whose family or policy is wrong fails here, not an hour into the run
+    assert {params[v.name].train.seeds for v in study.variants.values()} == {3}
+    assert study.variants["oracle_grip_constraint"].policy == "oracle"
+    assert params["oracle_grip_constraint"].train.env.reward.grip_pace == 35.0
+    assert params["plain"].train.env == load_params(ROOT / "params.yaml").train.env  # the reference changes nothing
 
 
 def test_the_ablation_variants_are_the_reports() -> None:

@@ -596,9 +596,18 @@ def test_the_seeds_a_policy_would_need() -> None:
     )  # one seed: no spread
 
 
-def _lever(overrides: dict[str, Any], ice: list[float], dry: list[float], suite_ice: float, members: int = 1) -> dict:
+def _lever(
+    overrides: dict[str, Any],
+    ice: list[float],
+    dry: list[float],
+    suite_ice: float,
+    members: int = 1,
+    policy: str = "ddm",
+    family: str = "ddm",
+    lap_s: float = 60.0,
+) -> dict:
     seeds = [
-        {"seed": i, "wall_s": 60.0 * (i + 1), "source": {"score_ice": a, "score_dry": b}}
+        {"seed": i, "wall_s": 60.0 * (i + 1), "source": {"score_ice": a, "score_dry": b, "mean_lap_time_s": lap_s + i}}
         for i, (a, b) in enumerate(zip(ice, dry))
     ]
     distill = {"train": {"wall_s": 300.0 * members}, **({"ensemble": {"members": members}} if members > 1 else {})}
@@ -606,7 +615,7 @@ def _lever(overrides: dict[str, Any], ice: list[float], dry: list[float], suite_
         "params": {"train.seeds": 3, **overrides},
         "distill": distill,
         "eval": _eval(1.0, suite_ice, 150.0),
-        "train": {"seed_selection": {"seeds": seeds}},
+        "train": {"policy": policy, "family": family, "seed_selection": {"seeds": seeds}},
     }
 
 
@@ -632,6 +641,45 @@ def test_the_ice_levers_section_reads_the_ice_set(ws: Path, monkeypatch: pytest.
     assert "## Ice levers" in md
     assert "| ensemble | `distill.ddm.members=5` | 0.90 [0.80, 1.00] (n=3) |" in md
     assert "150.0 vs 240.0" in md and "25.0 (5 members)" in md
+    assert rows["plain"]["holdout_lap_time_s"] == pytest.approx({"mean": 61.0, "min": 60.0, "max": 62.0, "n": 3})
+    # the targets: ensemble is the blind variant chosen (lowest seed .8 > plain's .4), short of .90 by .10
+    t = {x["target"].split(",")[0]: x for x in rep["lever_targets"]}
+    assert t["icy hold-out lap share"]["variant"] == "ensemble"
+    assert t["icy hold-out lap share"]["met"] is False and t["icy hold-out lap share"]["short_by"] == pytest.approx(0.1)
+    assert t["suite ice laps completed"]["met"] is True  # 100 % >= 95 %
+    assert t["suite ice lap time (s)"]["met"] is True  # 150 s < the cautious PID's 240 s
+    assert (
+        t["dry hold-out lap share (mean)"]["needed"] == pytest.approx(0.88)
+        and t["dry hold-out lap share (mean)"]["met"]
+    )
+    assert "suite ice laps completed" in t and not any(x["variant"] == "oracle_grip" for x in rep["lever_targets"])
+    assert "| icy hold-out lap share, lowest seed | ensemble | 0.80 | 0.90 | **no** | 0.10 |" in md
+    # a variant whose policy sees the surface is never the blind one, however well it scores; it has its own target
+    _write(ex / "oracle_grip.json", _lever({"x": 1}, [1.0, 1.0, 1.0], [1.0] * 3, 0.5, policy="oracle", family="dytr"))
+    rep = rp.report(ws / "metrics", ws / "reports", ws / "plots" / "report", console=Console(file=None, width=200))
+    t = {x["target"]: x for x in rep["lever_targets"]}
+    assert t["icy hold-out lap share, lowest seed"]["variant"] == "ensemble"
+    seeing = t["suite ice laps completed, seeing the surface"]
+    assert seeing["variant"] == "oracle_grip" and seeing["met"] is False and seeing["short_by"] == pytest.approx(0.45)
+    assert "| oracle_grip (oracle in dytr) |" in (ws / "reports" / "report.md").read_text()
+
+
+def test_an_ensemble_variant_gets_its_calibration_figure(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's calibration plot comes from the run that distilled the ensemble: an experiment set's variant
+    (the main run distils one model per family); two variants of the same ensemble get one figure."""
+    monkeypatch.setattr(rp, "log_report_mlflow", lambda *a, **k: None)
+    cell = {"windows": 40, "spearman_rho": 0.4, "p_value": 0.01, "spread_m": [0.1 * i for i in range(1, 11)]}
+    cal = {split: {**cell, "error_m": [0.2 * i for i in range(1, 11)]} for split in ("all", "asphalt", "ice")}
+    ens = {"members": 5, "horizon_s": 2.0, "calibration": cal}
+    ex = ws / "metrics" / "experiments" / "ice"
+    for name in ("ensemble", "ensemble_penalty"):
+        v = _lever({"distill.ddm.members": 5}, [0.5], [1.0], 0.5, members=5)
+        v["distill"] = {**v["distill"], "family": "ddm", "ensemble": ens}
+        _write(ex / f"{name}.json", v)
+    rp.report(ws / "metrics", ws / "reports", ws / "plots" / "report", console=Console(file=None, width=200))
+    figures = sorted(p.name for p in (ws / "plots" / "report").glob("calibration_*.png"))
+    assert figures == ["calibration_ddm_ice_ensemble.png"]
+    assert "calibration_ddm_ice_ensemble.png" in (ws / "reports" / "report.md").read_text()
 
 
 def test_a_lever_keeps_its_overrides_when_plain_has_not_run() -> None:

@@ -1,6 +1,7 @@
 """The ice levers' rows: one per variant of the `ice` experiment set (studies/ice.yaml).
 
     lever_rows(variants, baseline_evals) -> [row, ...]      (variants: records/experiments/ice/*.json)
+    lever_targets(rows) -> [target, ...]                     issue #38's targets, met or short by how much
 
 Each row: the variant's overrides (less the set's own: those of its `plain` variant); the choice
 figures, on the icy and the dry procedural hold-out in the source (every training seed's `source`
@@ -10,6 +11,12 @@ seeds' range and their n; the report figures, on the evaluation suite's ice and 
 blind baseline to beat on ice); and the cost: the distillation wall clock (every member of an
 ensemble) and the mean wall clock of one training seed. The hold-out chooses, the suite reports
 (docs/protocol.md).
+
+The targets: the blind variant chosen on the hold-out (highest lowest-seed icy score, then highest
+mean; a variant whose policy observes the surface is not blind) against ICE_EVERY_SEED there, and
+on the suite against SUITE_ICE and the cautious PID's ice lap time; the best variant that sees the
+surface against SUITE_ICE; and the chosen variant's dry figures against `plain`'s, at most
+NOMINAL_DROP lower.
 """
 
 from __future__ import annotations
@@ -17,10 +24,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from s3.catalog import PID_CAUTIOUS
+from s3.catalog import PID_CAUTIOUS, observes_surface
 
 SET = "ice"  # records/experiments/<SET>/, studies/<SET>.yaml
 PLAIN = "plain"  # the set's variant without a lever: its overrides are the set's own
+ICE_EVERY_SEED = 0.90  # lap share on the icy procedural hold-out, every seed of the best blind variant
+SUITE_ICE = 0.95  # completion on the evaluation suite's ice: the best blind variant, and the one that sees
+NOMINAL_DROP = 0.02  # the most the chosen variant's dry figures may fall below plain's
 
 
 def seed_scores(seeds: list[Mapping[str, Any]], key: str) -> list[float]:
@@ -48,12 +58,19 @@ def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mappin
         train, ev, distill = v.get("train") or {}, v.get("eval") or {}, v.get("distill") or {}
         seeds = (train.get("seed_selection") or {}).get("seeds") or []
         walls = [float(s["wall_s"]) for s in seeds if s.get("wall_s") is not None]
+        laps = [float(s["source"]["mean_lap_time_s"]) for s in seeds if (s.get("source") or {}).get("mean_lap_time_s")]
+        params = v.get("params") or {}
+        policy = train.get("policy", ev.get("driver"))
         rows.append(
             {
                 "variant": name,
-                "overrides": {k: x for k, x in (v.get("params") or {}).items() if k not in shared},
+                "policy": policy,
+                "family": train.get("family"),
+                "sees_surface": observes_surface(str(policy)) is True or params.get("train.env.surface_label") is True,
+                "overrides": {k: x for k, x in params.items() if k not in shared},
                 "holdout_ice": spread(seed_scores(seeds, "score_ice")),
                 "holdout_dry": spread(seed_scores(seeds, "score_dry")),
+                "holdout_lap_time_s": spread(laps),
                 "suite_ice_completion": _suite(ev, "ice", "completion_rate"),
                 "suite_nominal_completion": _suite(ev, "nominal", "completion_rate"),
                 "suite_ice_lap_time_s": _suite(ev, "ice", "lap_time_s"),
@@ -64,3 +81,51 @@ def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mappin
             }
         )
     return rows
+
+
+def _best(rows: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The row with the highest lowest-seed icy hold-out score (then mean), among rows that have one."""
+    scored = [r for r in rows if r["holdout_ice"]["n"]]
+    return max(scored, key=lambda r: (r["holdout_ice"]["min"], r["holdout_ice"]["mean"]), default=None)
+
+
+def _target(target: str, variant: str | None, measured: Any, needed: Any, above: bool = True) -> dict[str, Any]:
+    """Met when measured >= needed (`above`), else when measured < needed; short_by >= 0; None when unmeasured."""
+    row = {"target": target, "variant": variant, "measured": measured, "needed": needed, "met": None, "short_by": None}
+    if measured is not None and needed is not None:
+        row["met"] = measured >= needed if above else measured < needed
+        row["short_by"] = max(0.0, needed - measured) if above else max(0.0, measured - needed)
+    return row
+
+
+def lever_targets(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Issue #38's targets on the set's rows (see the module docstring); empty when no blind variant was scored."""
+    blind = _best([r for r in rows if not r["sees_surface"]])
+    if blind is None:
+        return []
+    seeing = _best([r for r in rows if r["sees_surface"]])
+    plain = next((r for r in rows if r["variant"] == PLAIN), None)
+    name = blind["variant"]
+    out = [
+        _target("icy hold-out lap share, lowest seed", name, blind["holdout_ice"]["min"], ICE_EVERY_SEED),
+        _target("suite ice laps completed", name, blind["suite_ice_completion"].get("estimate"), SUITE_ICE),
+        _target(
+            "suite ice lap time (s), below the cautious PID's",
+            name,
+            blind["suite_ice_lap_time_s"].get("estimate"),
+            blind.get("cautious_ice_lap_time_s"),
+            above=False,
+        ),
+    ]
+    if seeing is not None:
+        completion = seeing["suite_ice_completion"].get("estimate")
+        out.append(_target("suite ice laps completed, seeing the surface", seeing["variant"], completion, SUITE_ICE))
+    if plain is not None:
+        for label, key, field in (
+            ("dry hold-out lap share (mean)", "holdout_dry", "mean"),
+            ("suite nominal laps completed", "suite_nominal_completion", "estimate"),
+        ):
+            ref = plain[key].get(field)
+            floor = None if ref is None else ref - NOMINAL_DROP
+            out.append(_target(f"{label}, at most {NOMINAL_DROP} below plain's", name, blind[key].get(field), floor))
+    return out

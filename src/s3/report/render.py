@@ -300,7 +300,7 @@ def markdown(
         _md_table(EFF_COLUMNS, efficiency_rows(report)),
         "\n".join(f"- {line}" for line in cost_lines(report)),
         *training_section(report.get("training") or [], _md_table, training_figure and image(training_figure)),
-        *lever_section(report.get("levers") or [], _md_table),
+        *lever_section(report.get("levers") or [], _md_table, report.get("lever_targets")),
         *dagger_section(report.get("dagger") or [], _md_table),
         "## Definitions",
         "\n".join(f"- **{k}**: {v}" for k, v in report["definitions"].items()),

@@ -14,6 +14,7 @@ LEVER_COLUMNS = (
     "overrides",
     "icy hold-out lap share (seeds' mean [min, max], n)",
     "dry hold-out lap share",
+    "hold-out lap time (s)",
     "suite ice laps % (n seeds/runs)",
     "suite nominal laps %",
     "suite ice lap time (s) vs cautious PID",
@@ -46,12 +47,17 @@ def lever_rows_md(levers: list[Mapping[str, Any]]) -> list[list[str]]:
         cautious = r.get("cautious_ice_lap_time_s")
         lap_s = DASH if lap is None else f"{lap:.1f}" + ("" if cautious is None else f" vs {cautious:.1f}")
         members = f" ({r['members']} members)" if r.get("members", 1) > 1 else ""
+        policy = r.get("policy")
+        family = r.get("family")
+        in_model = f" ({policy} in {family})" if policy and family and policy != family else ""
+        laps = r.get("holdout_lap_time_s") or {}
         rows.append(
             [
-                r["variant"],
+                r["variant"] + in_model,
                 ", ".join(f"`{k}={v}`" for k, v in r["overrides"].items()) or DASH,
                 _holdout(r["holdout_ice"]),
                 _holdout(r["holdout_dry"]),
+                DASH if not laps.get("n") else f"{laps['mean']:.0f} [{laps['min']:.0f}, {laps['max']:.0f}]",
                 _suite_pct(r["suite_ice_completion"]),
                 _suite_pct(r["suite_nominal_completion"], with_n=False),
                 lap_s,
@@ -62,16 +68,45 @@ def lever_rows_md(levers: list[Mapping[str, Any]]) -> list[list[str]]:
     return rows
 
 
-def lever_section(levers: list[Mapping[str, Any]], md_table: Callable[[Any, list[list[str]]], str]) -> list[str]:
+TARGET_COLUMNS = ("target (issue #38)", "variant", "measured", "needed", "met", "short by")
+
+
+def _number(x: Any) -> str:
+    return DASH if x is None else f"{x:.2f}"
+
+
+def target_rows_md(targets: list[Mapping[str, Any]]) -> list[list[str]]:
+    met = {True: "yes", False: "**no**", None: DASH}
+    return [
+        [t["target"], t["variant"] or DASH, _number(t["measured"]), _number(t["needed"]), met[t["met"]]]
+        + [_number(t["short_by"]) if t["met"] is False else DASH]
+        for t in targets
+    ]
+
+
+def lever_section(
+    levers: list[Mapping[str, Any]],
+    md_table: Callable[[Any, list[list[str]]], str],
+    targets: list[Mapping[str, Any]] | None = None,
+) -> list[str]:
     """The ice levers' section (s3.report.levers), or nothing when the `ice` set has not run."""
     if not levers:
         return []
-    return [
+    out = [
         "## Ice levers (experiment set `ice`)",
-        "Chosen on the icy procedural hold-out in the source (every training seed, its range and n); the "
-        "evaluation suite reports only. Costs on the machine that ran the set.",
+        "Chosen on the icy procedural hold-out in the source (every training seed, its range and n; hold-out lap "
+        "time: the seeds' mean lap time over their completed hold-out laps, mean [min, max]); the evaluation suite "
+        "reports only. Costs on the machine that ran the set.",
         md_table(LEVER_COLUMNS, lever_rows_md(levers)),
     ]
+    if targets:
+        out += [
+            "The targets: the blind variant is the one with the highest lowest-seed icy hold-out score (then the "
+            "highest mean), the seeing one likewise among those that observe the surface; the nominal rows compare "
+            "the blind variant with `plain`.",
+            md_table(TARGET_COLUMNS, target_rows_md(targets)),
+        ]
+    return out
 
 
 DAGGER_COLUMNS = (

@@ -64,7 +64,7 @@ from s3.report.inputs import (
     read_json,
 )
 from s3.report.levers import SET as LEVER_SET
-from s3.report.levers import lever_rows
+from s3.report.levers import lever_rows, lever_targets
 from s3.report.mlflow import log_report_mlflow
 from s3.report.ranks import quality_ranks, spearman
 from s3.report.render import (
@@ -189,11 +189,13 @@ def build_report(
     )
     direct = direct_cost(read_json(t_dir / f"{DIRECT}.json", missing), get(ttq, DIRECT), dt)
     experiments = read_experiments(metrics_dir / "experiments")
+    levers = lever_rows(experiments.get(LEVER_SET, {}), evals)
     report = {
         "claims": claims(evals, rows, families, experiments, ttq),
         "claim_rules": RULES,
         "experiments": {k: sorted(v) for k, v in experiments.items()},
-        "levers": lever_rows(experiments.get(LEVER_SET, {}), evals),
+        "levers": levers,
+        "lever_targets": lever_targets(levers),
         "dagger": dagger_rows(metrics_dir),
         "training": training_rows(t_dir, Path(policies_dir or metrics_dir.parent / "policies"), names),
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -238,9 +240,15 @@ def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path
         figs.append(
             plot_error_vs_horizon(Path(plots_dir) / HORIZON_FIGURE, curves, "open-loop position error, every family")
         )
-    for family, ens in ensemble_records(Path(metrics_dir) / "distill").items():
-        title = f"{family}: ensemble of {ens['members']}, spread vs error at {ens['horizon_s']:g} s (test episodes)"
-        figs.append(plot_calibration(Path(plots_dir) / f"calibration_{family}.png", ens["calibration"], title))
+    ensembles = {f"{family}": ens for family, ens in ensemble_records(Path(metrics_dir) / "distill").items()}
+    for set_name, variants in read_experiments(Path(metrics_dir) / "experiments").items():  # e.g. the ice levers'
+        for variant, v in variants.items():
+            ens = (v.get("distill") or {}).get("ensemble")
+            if ens and ens.get("calibration") and all(ens != seen for seen in ensembles.values()):
+                ensembles[f"{(v.get('distill') or {}).get('family', 'model')}_{set_name}_{variant}"] = ens
+    for name, ens in ensembles.items():
+        title = f"{name}: ensemble of {ens['members']}, spread vs error at {ens['horizon_s']:g} s (test episodes)"
+        figs.append(plot_calibration(Path(plots_dir) / f"calibration_{name}.png", ens["calibration"], title))
     training = None
     if any(s["curve"] for r in report.get("training") or [] for s in r["seeds"]):
         from s3.report.render_training import FIGURE as TRAINING_FIGURE

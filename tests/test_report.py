@@ -662,6 +662,8 @@ def test_the_ice_levers_section_reads_the_ice_set(ws: Path, monkeypatch: pytest.
     seeing = t["suite ice laps completed, seeing the surface"]
     assert seeing["variant"] == "oracle_grip" and seeing["met"] is False and seeing["short_by"] == pytest.approx(0.45)
     assert "| oracle_grip (oracle in dytr) |" in (ws / "reports" / "report.md").read_text()
+    assert rows["plain"]["seed_points"][2] == {"seed": 2, "ice": 0.4, "dry": 0.8, "lap_time_s": 62.0}
+    assert (ws / "plots" / "report" / "ice_levers.png").stat().st_size > 10_000  # the trade-off figure
 
 
 def test_an_ensemble_variant_gets_its_calibration_figure(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:

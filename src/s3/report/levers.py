@@ -52,6 +52,7 @@ def _suite(ev: Mapping[str, Any], condition: str, metric: str) -> dict[str, Any]
 def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per variant, in the order given (see the module docstring)."""
     cautious = _suite(baseline_evals.get(PID_CAUTIOUS) or {}, "ice", "lap_time_s")["estimate"]
+    cautious_done = _suite(baseline_evals.get(PID_CAUTIOUS) or {}, "ice", "completion_rate")["estimate"]
     shared = dict((variants.get(PLAIN) or {}).get("params") or {})  # the set's own overrides: plain has no other
     rows = []
     for name, v in variants.items():
@@ -75,12 +76,25 @@ def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mappin
                 "suite_nominal_completion": _suite(ev, "nominal", "completion_rate"),
                 "suite_ice_lap_time_s": _suite(ev, "ice", "lap_time_s"),
                 "cautious_ice_lap_time_s": cautious,
+                "cautious_ice_completion": cautious_done,
+                "seed_points": [_point(s) for s in seeds],
                 "distill_wall_s": (distill.get("train") or {}).get("wall_s"),
                 "members": (distill.get("ensemble") or {}).get("members", 1),
                 "train_wall_per_seed_s": sum(walls) / len(walls) if walls else None,
             }
         )
     return rows
+
+
+def _point(seed: Mapping[str, Any]) -> dict[str, Any]:
+    """One training seed on the source hold-out: its icy and dry lap share and its mean lap time (s)."""
+    src = seed.get("source") or {}
+    return {
+        "seed": seed.get("seed"),
+        "ice": src.get("score_ice"),
+        "dry": src.get("score_dry"),
+        "lap_time_s": src.get("mean_lap_time_s"),
+    }
 
 
 def _best(rows: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:

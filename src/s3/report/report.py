@@ -13,7 +13,9 @@ rollout manifest (rows), `records/collect.json` (collection wall clock), the exp
     plots/report/accuracy_vs_quality.png     prediction error against policy quality
     plots/report/error_vs_horizon.png        every family's open-loop position error against horizon
     plots/report/calibration_<family>.png    an ensemble's spread against its error, per surface
-                                             (only for the families distilled as an ensemble)
+                                             (only for the families distilled as an ensemble; an experiment
+                                             variant's: calibration_<family>_<set>_<variant>.png)
+    plots/report/ice_levers.png              the ice levers' lap time against laps finished (hold-out, suite)
     plots/report/training_curves.png         every seed's validation curve on the procedural hold-out
                                              (s3.report.training; from policies/<name>/seeds/)
 
@@ -81,6 +83,7 @@ from s3.report.training import training_rows
 HEADLINE_ERROR = "ade_2s_all"
 FIGURE = "accuracy_vs_quality.png"
 HORIZON_FIGURE = "error_vs_horizon.png"
+LEVER_FIGURE = "ice_levers.png"  # s3.viz.lever_tradeoff: the ice levers' lap time against laps finished
 
 DEFINITIONS = {
     "prediction_error": "open-loop average displacement error (m) of the position over 1 s / 2 s, on held-out test "
@@ -249,6 +252,12 @@ def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path
     for name, ens in ensembles.items():
         title = f"{name}: ensemble of {ens['members']}, spread vs error at {ens['horizon_s']:g} s (test episodes)"
         figs.append(plot_calibration(Path(plots_dir) / f"calibration_{name}.png", ens["calibration"], title))
+    if report.get("levers"):
+        from s3.report.levers import ICE_EVERY_SEED
+        from s3.viz.lever_tradeoff import plot_lever_tradeoff
+
+        title = "ice levers: laps finished against lap time, each lever (K seeds each)"
+        figs.append(plot_lever_tradeoff(Path(plots_dir) / LEVER_FIGURE, report["levers"], ICE_EVERY_SEED, title))
     training = None
     if any(s["curve"] for r in report.get("training") or [] for s in r["seeds"]):
         from s3.report.render_training import FIGURE as TRAINING_FIGURE

@@ -640,7 +640,8 @@ def test_the_ice_levers_section_reads_the_ice_set(ws: Path, monkeypatch: pytest.
     md = (ws / "reports" / "report.md").read_text()
     assert "## Ice levers" in md
     assert "| ensemble | `distill.ddm.members=5` | 0.90 [0.80, 1.00] (n=3) |" in md
-    assert "150.0 vs 240.0" in md and "25.0 (5 members)" in md
+    assert "150.0 vs 240.0 | 150.0 |" in md and "25.0 (5 members)" in md  # ice beside the pid's, then nominal
+    assert rep["levers"][0]["variant"] == "plain"  # the reference first, whatever the files' order
     assert rows["plain"]["holdout_lap_time_s"] == pytest.approx({"mean": 61.0, "min": 60.0, "max": 62.0, "n": 3})
     # the targets: ensemble is the blind variant chosen (lowest seed .8 > plain's .4), short of .90 by .10
     t = {x["target"].split(",")[0]: x for x in rep["lever_targets"]}

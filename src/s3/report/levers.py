@@ -50,12 +50,12 @@ def _suite(ev: Mapping[str, Any], condition: str, metric: str) -> dict[str, Any]
 
 
 def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per variant, in the order given (see the module docstring)."""
+    """One row per variant, `plain` first, the others in the order given (see the module docstring)."""
     cautious = _suite(baseline_evals.get(PID_CAUTIOUS) or {}, "ice", "lap_time_s")["estimate"]
     cautious_done = _suite(baseline_evals.get(PID_CAUTIOUS) or {}, "ice", "completion_rate")["estimate"]
     shared = dict((variants.get(PLAIN) or {}).get("params") or {})  # the set's own overrides: plain has no other
     rows = []
-    for name, v in variants.items():
+    for name, v in sorted(variants.items(), key=lambda kv: kv[0] != PLAIN):
         train, ev, distill = v.get("train") or {}, v.get("eval") or {}, v.get("distill") or {}
         seeds = (train.get("seed_selection") or {}).get("seeds") or []
         walls = [float(s["wall_s"]) for s in seeds if s.get("wall_s") is not None]
@@ -75,6 +75,7 @@ def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mappin
                 "suite_ice_completion": _suite(ev, "ice", "completion_rate"),
                 "suite_nominal_completion": _suite(ev, "nominal", "completion_rate"),
                 "suite_ice_lap_time_s": _suite(ev, "ice", "lap_time_s"),
+                "suite_nominal_lap_time_s": _suite(ev, "nominal", "lap_time_s"),
                 "cautious_ice_lap_time_s": cautious,
                 "cautious_ice_completion": cautious_done,
                 "seed_points": [_point(s) for s in seeds],

@@ -18,6 +18,7 @@ LEVER_COLUMNS = (
     "suite ice laps % (n seeds/runs)",
     "suite nominal laps %",
     "suite ice lap time (s) vs cautious PID",
+    "suite nominal lap time (s)",
     "distill (min)",
     "train per seed (min)",
 )
@@ -34,6 +35,10 @@ def _suite_pct(c: Mapping[str, Any], with_n: bool = True) -> str:
         return DASH
     n = f" (n={c['n_seeds']}/{c['n_units']})" if with_n else ""
     return _interval(c["estimate"], c.get("ci95"), digits=0, scale=100.0) + n
+
+
+def _seconds(cell: Mapping[str, Any]) -> str:
+    return DASH if cell.get("estimate") is None else f"{cell['estimate']:.1f}"
 
 
 def _minutes(s: Any) -> str:
@@ -61,6 +66,7 @@ def lever_rows_md(levers: list[Mapping[str, Any]]) -> list[list[str]]:
                 _suite_pct(r["suite_ice_completion"]),
                 _suite_pct(r["suite_nominal_completion"], with_n=False),
                 lap_s,
+                _seconds(r.get("suite_nominal_lap_time_s") or {}),
                 _minutes(r.get("distill_wall_s")) + members,
                 _minutes(r.get("train_wall_per_seed_s")),
             ]

@@ -35,7 +35,8 @@ def plot_lever_tradeoff(path: str | Path, rows: Sequence[dict[str, Any]], target
     cautious = next((r for r in rows if r.get("cautious_ice_lap_time_s") is not None), None)
     if cautious is not None and cautious.get("cautious_ice_completion") is not None:
         x, y = cautious["cautious_ice_lap_time_s"], 100 * cautious["cautious_ice_completion"]
-        suite.plot([x], [y], "k*", ms=12, label="pid_cautious")
+        (star,) = suite.plot([x], [y], "k*", ms=12, label="pid_cautious")
+        suite.legend(handles=[star], fontsize=7, loc="lower right")
     hold.axhline(target, color="0.3", ls="--", lw=1, label=f"target {target:.2f}, every seed")
     hold.set(xlabel="mean lap time over completed hold-out laps (s)", ylabel="icy hold-out lap share (per seed)")
     hold.set_title("choice: procedural hold-out, every training seed", fontsize=9)

@@ -243,7 +243,7 @@ def write_report(report: Mapping[str, Any], metrics_dir: Path, reports_dir: Path
         figs.append(
             plot_error_vs_horizon(Path(plots_dir) / HORIZON_FIGURE, curves, "open-loop position error, every family")
         )
-    ensembles = {f"{family}": ens for family, ens in ensemble_records(Path(metrics_dir) / "distill").items()}
+    ensembles = dict(ensemble_records(Path(metrics_dir) / "distill"))  # name -> ensemble entry, one figure each
     for set_name, variants in read_experiments(Path(metrics_dir) / "experiments").items():  # e.g. the ice levers'
         for variant, v in variants.items():
             ens = (v.get("distill") or {}).get("ensemble")

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from s3.catalog import PID_CAUTIOUS
 from s3.viz.track_plot import new_figure, save_figure
 
 MARKERS = "osD^vP*Xh<>"
@@ -35,7 +36,7 @@ def plot_lever_tradeoff(path: str | Path, rows: Sequence[dict[str, Any]], target
     cautious = next((r for r in rows if r.get("cautious_ice_lap_time_s") is not None), None)
     if cautious is not None and cautious.get("cautious_ice_completion") is not None:
         x, y = cautious["cautious_ice_lap_time_s"], 100 * cautious["cautious_ice_completion"]
-        (star,) = suite.plot([x], [y], "k*", ms=12, label="pid_cautious")
+        (star,) = suite.plot([x], [y], "k*", ms=12, label=PID_CAUTIOUS)
         suite.legend(handles=[star], fontsize=7, loc="lower right")
     hold.axhline(target, color="0.3", ls="--", lw=1, label=f"target {target:.2f}, every seed")
     hold.set(xlabel="mean lap time over completed hold-out laps (s)", ylabel="icy hold-out lap share (per seed)")

@@ -51,15 +51,17 @@ def _suite(ev: Mapping[str, Any], condition: str, metric: str) -> dict[str, Any]
 
 def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per variant, `plain` first, the others in the order given (see the module docstring)."""
-    cautious = _suite(baseline_evals.get(PID_CAUTIOUS) or {}, "ice", "lap_time_s")["estimate"]
-    cautious_done = _suite(baseline_evals.get(PID_CAUTIOUS) or {}, "ice", "completion_rate")["estimate"]
+    cautious_ev = baseline_evals.get(PID_CAUTIOUS) or {}
+    cautious = _suite(cautious_ev, "ice", "lap_time_s")["estimate"]
+    cautious_done = _suite(cautious_ev, "ice", "completion_rate")["estimate"]
     shared = dict((variants.get(PLAIN) or {}).get("params") or {})  # the set's own overrides: plain has no other
     rows = []
     for name, v in sorted(variants.items(), key=lambda kv: kv[0] != PLAIN):
         train, ev, distill = v.get("train") or {}, v.get("eval") or {}, v.get("distill") or {}
         seeds = (train.get("seed_selection") or {}).get("seeds") or []
         walls = [float(s["wall_s"]) for s in seeds if s.get("wall_s") is not None]
-        laps = [float(s["source"]["mean_lap_time_s"]) for s in seeds if (s.get("source") or {}).get("mean_lap_time_s")]
+        points = [_point(s) for s in seeds]
+        laps = [float(p["lap_time_s"]) for p in points if p["lap_time_s"]]
         params = v.get("params") or {}
         policy = train.get("policy", ev.get("driver"))
         rows.append(
@@ -78,7 +80,7 @@ def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mappin
                 "suite_nominal_lap_time_s": _suite(ev, "nominal", "lap_time_s"),
                 "cautious_ice_lap_time_s": cautious,
                 "cautious_ice_completion": cautious_done,
-                "seed_points": [_point(s) for s in seeds],
+                "seed_points": points,
                 "distill_wall_s": (distill.get("train") or {}).get("wall_s"),
                 "members": (distill.get("ensemble") or {}).get("members", 1),
                 "train_wall_per_seed_s": sum(walls) / len(walls) if walls else None,

@@ -738,6 +738,19 @@ def test_the_dagger_section_reads_every_round(ws: Path, monkeypatch: pytest.Monk
     assert "## DAgger rounds" in md
     assert "| ddm | 0 | 1.00 / 0.50 (22 / 42) | 0.65 [0.60, 0.70] (n=2) |" in md
     assert "| 0.70 [0.60, 0.80] (n=3) | — / 0.190 | 20.0 |" in md
+    # an experiment variant that ran the rounds: its rows labelled by set and variant, round 0's test error from the
+    # variant's own distill record; no ice-levers row for it (its train and eval records are round 0's)
+    variant = _lever({"dagger.policies": ["ddm"]}, [0.5, 0.5], [1.0, 1.0], 0.25)
+    variant["distill"] = {**variant["distill"], "rollout": {"all": {"ade_2s": 0.21}}}
+    variant["dagger"] = record
+    _write(m / "experiments" / "ice" / "dagger.json", variant)
+    _write(m / "experiments" / "ice" / "plain.json", _lever({}, [0.5, 0.5], [1.0, 1.0], 0.25))
+    rep = rp.report(ws / "metrics", ws / "reports", ws / "plots" / "report", console=console)
+    assert [(r["policy"], r["round"]) for r in rep["dagger"]] == [("ddm", 0), ("ddm", 1), ("ddm (ice/dagger)", 0),
+                                                                   ("ddm (ice/dagger)", 1)]  # fmt: skip
+    assert rep["dagger"][2]["ade_2s_test"] == pytest.approx(0.21)
+    assert [r["variant"] for r in rep["levers"]] == ["plain"]
+    assert "| ddm (ice/dagger) | 1 | 1.00 / 0.70 (22 / 42) |" in (ws / "reports" / "report.md").read_text()
 
 
 def test_training_section_every_seed_its_end_and_its_curve(ws: Path) -> None:

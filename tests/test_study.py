@@ -161,6 +161,28 @@ def test_result_file_has_exactly_the_reports_keys(tmp_path: Path) -> None:
         write_result(ws, v, tmp_path / "res" / "x.json")
 
 
+def test_a_dagger_variant_runs_its_rounds_and_keeps_their_record(tmp_path: Path) -> None:
+    """A variant whose `dagger.policies` names its policy also reproduces dagger@<policy>, and its result carries
+    that stage's record; the others neither."""
+    f = _study(
+        tmp_path, {"plain": {"family": "ddm"}, "rounds": {"family": "ddm", "overrides": {"dagger.policies": ["ddm"]}}}
+    )
+    out = CliRunner().invoke(app, ["study", "run", str(f), "--dry-run", "--root", str(tmp_path / "ws")]).output
+    assert "rounds && dvc repro evaluate@ddm dagger@ddm" in out and "plain && dvc repro evaluate@ddm\n" in out
+    study = load_study(f)
+    ws = tmp_path / "ws"
+    for folder in ("distill", "eval", "train", "dagger"):
+        (ws / "records" / folder).mkdir(parents=True)
+        (ws / "records" / folder / "ddm.json").write_text(json.dumps({"folder": folder}))
+    got = json.loads(write_result(ws, study.variants["rounds"], tmp_path / "r.json", dagger=True).read_text())
+    assert tuple(got) == (*RESULT_KEYS, "dagger") and got["dagger"] == {"folder": "dagger"}
+    plain = json.loads(write_result(ws, study.variants["plain"], tmp_path / "p.json").read_text())
+    assert tuple(plain) == RESULT_KEYS
+    (ws / "records/dagger/ddm.json").unlink()
+    with pytest.raises(StudyError, match="records/dagger/ddm.json"):
+        write_result(ws, study.variants["rounds"], tmp_path / "x.json", dagger=True)
+
+
 def test_rollouts_are_seeded_only_from_a_matching_collection(tmp_path: Path) -> None:
     from s3.data.provenance import data_key
 

@@ -7,12 +7,14 @@ model family, the policy trained in it (default: the family's own) and dotted ov
 `--set` keys of s3.config. A variant runs in its own workspace, `<root>/<set>/<variant>` (made by
 s3.platform.workspace, sharing this project's DVC cache), whose params.yaml is the base file plus
 the overrides; there `dvc repro evaluate@<policy>` runs collect, distill@<family>, train@<policy>
-and evaluate@<policy>, nothing else. Then records/experiments/<set>/<variant>.json is written
-atomically:
+and evaluate@<policy>, nothing else (and dagger@<policy> when the variant's `dagger.policies` names its
+policy: DAgger rounds from the policy train@<policy> kept). Then records/experiments/<set>/<variant>.json
+is written atomically:
 
     {"params": {dotted key: value, ...every override},
      "distill": records/distill/<family>.json, "eval": records/eval/<policy>.json,
      "train": records/train/<policy>.json}                                  (exactly these keys)
+     + "dagger": records/dagger/<policy>.json                               (only where dagger@<policy> ran)
 
 Resumption: a variant whose result file exists is skipped (`--force` runs it again: DVC re-runs
 what changed since, e.g. the code); a killed variant resumes in its workspace (collect keeps its
@@ -46,17 +48,25 @@ from s3.platform.study_set import Study, StudyError, Variant, check_variant, loa
 RESULTS_DIR = Path("records/experiments")
 DEFAULT_ROOT = Path("/tmp/s3-study")
 RESULT_KEYS = ("params", "distill", "eval", "train")
+DAGGER_KEY = "dagger"  # the result's key for the dagger@<policy> record, where the variant runs DAgger rounds
+
+
+def runs_dagger(variant: Variant, params: Params) -> bool:
+    """Whether the variant's params run DAgger rounds for its policy (`dagger.policies` names it)."""
+    return variant.policy in params.dagger.policies
 
 
 # ---------------------------------------------------------------------------- results
-def result_of(workspace: Path, variant: Variant) -> dict[str, Any]:
-    """The variant's result from its workspace's metrics: exactly RESULT_KEYS."""
+def result_of(workspace: Path, variant: Variant, dagger: bool = False) -> dict[str, Any]:
+    """The variant's result from its workspace's metrics: exactly RESULT_KEYS, and DAGGER_KEY with `dagger`."""
     ws = Path(workspace)
     files = {
         "distill": ws / "records/distill" / f"{variant.family}.json",
         "eval": ws / "records/eval" / f"{variant.policy}.json",
         "train": ws / "records/train" / f"{variant.policy}.json",
     }
+    if dagger:
+        files[DAGGER_KEY] = ws / "records/dagger" / f"{variant.policy}.json"
     out: dict[str, Any] = {"params": dict(variant.overrides)}
     for key, f in files.items():
         try:
@@ -66,13 +76,14 @@ def result_of(workspace: Path, variant: Variant) -> dict[str, Any]:
     return out
 
 
-def write_result(workspace: Path, variant: Variant, dest: Path) -> Path:
-    return write_json_atomic(dest, result_of(workspace, variant))
+def write_result(workspace: Path, variant: Variant, dest: Path, dagger: bool = False) -> Path:
+    return write_json_atomic(dest, result_of(workspace, variant, dagger))
 
 
 # ---------------------------------------------------------------------------- running
-def target(variant: Variant) -> str:
-    return f"evaluate@{variant.policy}"
+def targets(variant: Variant, dagger: bool = False) -> list[str]:
+    """The stages `dvc repro` runs in the variant's workspace (with what they need)."""
+    return [f"evaluate@{variant.policy}", *([f"dagger@{variant.policy}"] if dagger else [])]
 
 
 @dataclass
@@ -84,14 +95,16 @@ class Step:
     commands: list[str] = field(default_factory=list)
 
 
-def plan(study: Study, names: Iterable[str] | None, root: Path, results: Path, force: bool = False) -> list[Step]:
+def plan(study: Study, checked: dict[str, Params], root: Path, results: Path, force: bool = False) -> list[Step]:
+    """One step per checked variant (name -> its params, in run order)."""
     steps = []
-    for v in study.pick(names):
+    for name, params in checked.items():
+        v = study.variants[name]
         ws, res = Path(root) / study.name / v.name, Path(results) / study.name / f"{v.name}.json"
         sets = " ".join(f"--set {k}={json.dumps(val, separators=(',', ':'))}" for k, val in v.overrides.items())
         commands = [
             f"python -m s3.platform.workspace {study.base.name} {ws}   # its params.yaml: {study.base.name} {sets}",
-            f"cd {ws} && dvc repro {target(v)}",
+            f"cd {ws} && dvc repro {' '.join(targets(v, runs_dagger(v, params)))}",
             f"write {res}",
         ]
         steps.append(Step(v, ws, res, skip=res.exists() and not force, commands=commands))
@@ -142,7 +155,7 @@ def run_variant(
     say: Callable[[str], None] = print,
     share_cache: bool = True,
 ) -> Path:
-    """Prepare the workspace, seed its rollouts, `dvc repro evaluate@<policy>`, write the result."""
+    """Prepare the workspace, seed its rollouts, `dvc repro` its targets, write the result."""
     from s3.platform.workspace import prepare_workspace
 
     v, ws = step.variant, step.workspace
@@ -154,14 +167,16 @@ def run_variant(
             say(f"{study.name}/{v.name}: rollouts with the same collect key copied from {donor}")
         bin_dir = Path(sys.executable).parent
         env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-        say(f"{study.name}/{v.name}: cd {ws} && dvc repro {target(v)}")
-        rc = subprocess.run([str(bin_dir / "dvc"), "repro", target(v)], cwd=ws, env=env).returncode
+        dagger = runs_dagger(v, params)
+        stages = targets(v, dagger)
+        say(f"{study.name}/{v.name}: cd {ws} && dvc repro {' '.join(stages)}")
+        rc = subprocess.run([str(bin_dir / "dvc"), "repro", *stages], cwd=ws, env=env).returncode
         if rc != 0:
             raise StudyError(
-                f"{study.name}/{v.name}: `dvc repro {target(v)}` failed (exit {rc}) in {ws}; run the set again to "
-                "resume"
+                f"{study.name}/{v.name}: `dvc repro {' '.join(stages)}` failed (exit {rc}) in {ws}; run the set "
+                "again to resume"
             )
-        return write_result(ws, v, step.result)
+        return write_result(ws, v, step.result, dagger)
 
 
 def run_study(
@@ -182,8 +197,8 @@ def run_study(
     project = Path(project).resolve()
     results = Path(results) if Path(results).is_absolute() else project / results
     study = load_study(name, project, base)
-    steps = plan(study, variants, Path(root), results, force)
-    checked = {s.variant.name: check_variant(study, s.variant) for s in steps}
+    checked = {v.name: check_variant(study, v) for v in study.pick(variants)}
+    steps = plan(study, checked, Path(root), results, force)
     for s in steps:
         state = "skip: result exists (--force runs it)" if s.skip else "run"
         say(f"{study.name}/{s.variant.name} [{state}]: {s.variant.family} -> policy {s.variant.policy}")

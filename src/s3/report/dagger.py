@@ -1,6 +1,8 @@
-"""The DAgger rounds' rows: one per round of every `dagger@<policy>` stage (records/dagger/<policy>.json).
+"""The DAgger rounds' rows: one per round of every `dagger@<policy>` stage (records/dagger/<policy>.json)
+and of every experiment variant that ran one (records/experiments/<set>/<variant>.json's "dagger" record).
 
-    dagger_rows(records_dir) -> [row, ...]      (records_dir: records/, with dagger/, train/, distill/)
+    dagger_rows(records_dir, experiments) -> [row, ...]   (records_dir: records/, with dagger/, distill/;
+                                                            experiments: {set: {variant: result}})
 
 Round 0 is train@<policy>'s policy, in the model distill@<family> made (its test error:
 records/distill/<family>.json); round r >= 1 re-distilled on the data plus the rows
@@ -20,7 +22,7 @@ from s3 import headline
 from s3.report.inputs import read_json
 from s3.report.levers import seed_scores, spread
 
-DAGGER = "dagger"  # records/<DAGGER>/<policy>.json: the dagger stage's records
+DAGGER = "dagger"  # records/<DAGGER>/<policy>.json, and the experiment result's key (s3.platform.study.DAGGER_KEY)
 
 
 def _seed_spreads(seeds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -29,10 +31,10 @@ def _seed_spreads(seeds: list[dict[str, Any]]) -> dict[str, Any]:
     return {"in_model": spread(in_model), "source_dry": dry, "source_ice": ice}
 
 
-def _row(policy: str, r: dict[str, Any], seeds: list[dict[str, Any]], test_ade: float | None) -> dict[str, Any]:
+def _row(label: str, r: dict[str, Any], seeds: list[dict[str, Any]], test_ade: float | None) -> dict[str, Any]:
     src = r.get("source") or {}
     return {
-        "policy": policy,
+        "policy": label,
         "round": r.get("round"),
         "kept": {k: src.get(k) for k in ("score", "score_dry", "score_ice", "runs_dry", "runs_ice")},
         "seeds": _seed_spreads(seeds),
@@ -42,18 +44,31 @@ def _row(policy: str, r: dict[str, Any], seeds: list[dict[str, Any]], test_ade: 
     }
 
 
-def dagger_rows(records_dir: Path) -> list[dict[str, Any]]:
-    """Every round of every records/dagger/<policy>.json, in policy then round order; [] when none ran."""
+def _rounds(label: str, record: dict[str, Any], distilled: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """One row per round; round 0's model is distill@<family>'s (`distilled`: its record, or None)."""
+    rows = []
+    for r in record.get("rounds") or []:
+        test_ade = r.get("distill_test_ade_2s")
+        if r.get("round") == 0:
+            test_ade = headline.distill(distilled).get("ade_2s") if distilled else None
+        rows.append(_row(label, r, r.get("seeds") or [], test_ade))
+    return rows
+
+
+def dagger_rows(records_dir: Path, experiments: dict[str, dict[str, dict[str, Any]]] | None = None) -> list[dict]:
+    """Every round of every records/dagger/<policy>.json (labelled by its policy), then of every experiment
+    variant's (labelled `<policy> (<set>/<variant>)`), in policy then round order; [] when none ran."""
     rows: list[dict[str, Any]] = []
     for path in sorted((Path(records_dir) / DAGGER).glob("*.json")):
         record = read_json(path, [])
         if not record:
             continue
-        policy, family = record.get("policy", path.stem), record.get("family")
-        for r in record.get("rounds") or []:
-            test_ade = r.get("distill_test_ade_2s")
-            if r.get("round") == 0:  # distill@<family>'s model
-                distilled = read_json(Path(records_dir) / "distill" / f"{family}.json", []) if family else None
-                test_ade = headline.distill(distilled).get("ade_2s") if distilled else None
-            rows.append(_row(policy, r, r.get("seeds") or [], test_ade))
+        family = record.get("family")
+        distilled = read_json(Path(records_dir) / "distill" / f"{family}.json", []) if family else None
+        rows += _rounds(record.get("policy", path.stem), record, distilled)
+    for set_name, variants in sorted((experiments or {}).items()):
+        for variant, v in sorted(variants.items()):
+            record = v.get(DAGGER)
+            if record:
+                rows += _rounds(f"{record.get('policy')} ({set_name}/{variant})", record, v.get("distill"))
     return rows

@@ -3,6 +3,9 @@
     lever_rows(variants, baseline_evals) -> [row, ...]      (variants: records/experiments/ice/*.json)
     lever_targets(rows) -> [target, ...]                     issue #38's targets, met or short by how much
 
+A variant that ran DAgger rounds (its result has a "dagger" record) has no row here: its train and eval
+records are round 0's, the policy before any round; s3.report.dagger renders its rounds.
+
 Each row: the variant's overrides (less the set's own: those of its `plain` variant); the choice
 figures, on the icy and the dry procedural hold-out in the source (every training seed's `source`
 score of records/train, so the set trains with `train.seed_selection: source`), mean with the
@@ -57,6 +60,8 @@ def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mappin
     shared = dict((variants.get(PLAIN) or {}).get("params") or {})  # the set's own overrides: plain has no other
     rows = []
     for name, v in sorted(variants.items(), key=lambda kv: kv[0] != PLAIN):
+        if v.get("dagger"):  # its rounds: s3.report.dagger
+            continue
         train, ev, distill = v.get("train") or {}, v.get("eval") or {}, v.get("distill") or {}
         seeds = (train.get("seed_selection") or {}).get("seeds") or []
         walls = [float(s["wall_s"]) for s in seeds if s.get("wall_s") is not None]

@@ -199,7 +199,7 @@ def build_report(
         "experiments": {k: sorted(v) for k, v in experiments.items()},
         "levers": levers,
         "lever_targets": lever_targets(levers),
-        "dagger": dagger_rows(metrics_dir),
+        "dagger": dagger_rows(metrics_dir, experiments),
         "training": training_rows(t_dir, Path(policies_dir or metrics_dir.parent / "policies"), names),
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({platform.machine()}, {platform.system()}, {os.cpu_count()} CPUs)",

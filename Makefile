@@ -58,7 +58,7 @@ STUDY_DIR ?= /tmp/s3-study
 ablation: install  ## claim 4: friction diversity x surface labels, ddm, K = 2 (about an hour on 2 cores)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/s3 study run ablation --root $(STUDY_DIR)
 
-ice-levers: install  ## the ice levers one at a time and the best combinations (studies/ice.yaml), ddm (and the oracle for the grip pace), K = 3 (about 3 h on the faster 2-core machine)
+ice-levers: install  ## the ice levers one at a time and the best combinations (studies/ice.yaml), ddm (and the oracle for the grip pace), K = 3, and DAgger rounds (about 3.4 h on the faster 2-core machine)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/s3 study run ice --root $(STUDY_DIR)
 
 graded: install  ## claim 3: ddm and transformer of graded accuracy (fewer epochs), K = 2 (about an hour on 2 cores)

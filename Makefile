@@ -69,11 +69,12 @@ graded: install  ## claim 3: ddm and transformer of graded accuracy (fewer epoch
 # reads them all. Every step resumes: DVC stages, and a finished variant is skipped. Hours on 2 cores.
 STUDY_RUN ?= /tmp/s3-study-run
 
-study: install  ## the study: params_study.yaml, K = 5 everywhere, one workspace, every claim (about 7.5 h on 2 cores)
+study: install  ## the study: params_study.yaml, K = 5 everywhere, one workspace, every claim, the ice rows (about 8 h on 2 cores)
 	$(BIN)/python -m s3.platform.workspace params_study.yaml $(STUDY_RUN)
 	cd $(STUDY_RUN) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/dvc repro
 	cd $(STUDY_RUN) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/s3 study run graded --base params.yaml --root $(STUDY_RUN)-sets
 	cd $(STUDY_RUN) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/s3 study run ablation --base params.yaml --root $(STUDY_RUN)-sets
+	cd $(STUDY_RUN) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/s3 study run ice --base params.yaml --root $(STUDY_RUN)-sets --variant plain --variant pace_7_constraint_lateral
 	cd $(STUDY_RUN) && PATH=$(CURDIR)/$(BIN):$$PATH $(CURDIR)/$(BIN)/dvc repro report
 
 ui: install  ## Prefect server + dashboard on http://127.0.0.1:$(PREFECT_PORT) (SQLite in $$PREFECT_HOME)

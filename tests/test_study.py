@@ -224,17 +224,17 @@ def test_a_tiny_variant_end_to_end(tmp_path: Path) -> None:
     assert [s.skip for s in steps] == [True]
 
 
-@pytest.mark.parametrize("name", ["ablation", "graded"])
-def test_the_study_base_gives_every_arm_its_k(name: str) -> None:
-    """`--base params_study.yaml` (make study): every variant starts from it and keeps its K = 5, not the set's 2."""
+@pytest.mark.parametrize(("name", "own_k"), [("ablation", 2), ("graded", 2), ("ice", 3)])
+def test_the_study_base_gives_every_arm_its_k(name: str, own_k: int) -> None:
+    """`--base params_study.yaml` (make study): every variant starts from it and keeps its K = 5, not the set's."""
     study = load_study(name, ROOT, ROOT / "params_study.yaml")
     assert study.base == ROOT / "params_study.yaml"
     params = check_study(study)
     assert {p.train.seeds for p in params.values()} == {5}
     assert all("train.seeds" not in v.overrides for v in study.variants.values())
     plain = check_study(load_study(name, ROOT))
-    assert {p.train.seeds for p in plain.values()} == {2}  # without --base: the set's own K
-    study_only = {"seeds": 2, "keep_checkpoints": "first"}  # what params_study.yaml moves (tests/test_config.py)
+    assert {p.train.seeds for p in plain.values()} == {own_k}  # without --base: the set's own K
+    study_only = {"seeds": own_k, "keep_checkpoints": "first"}  # what params_study.yaml moves (tests/test_config.py)
     for v, p in params.items():  # nothing else moves: the same variant params but the study's keys
         train = p.train.model_copy(update={**study_only, "direct": p.train.direct.model_copy(update={"seeds": 1})})
         same = p.model_copy(update={"train": train, "time_to_quality": plain[v].time_to_quality})

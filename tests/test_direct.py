@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 
 import pytest
@@ -336,6 +337,42 @@ def test_direct_with_two_seeds_keeps_both_with_their_checkpoints(tmp_path) -> No
     row = next(r for r in sel["seeds"] if r["seed"] == 4)
     assert route["env_steps_per_s"] == row["env_steps_per_s"] and route["curve"]  # seed 4's own time axis
     assert route["checkpoints"].endswith("seeds/seed4/checkpoints")
+
+
+def test_a_killed_direct_stage_keeps_its_finished_seeds(tmp_path, monkeypatch) -> None:
+    """Killed during its second seed, then re-run after `dvc repro` deleted the output: the first seed is not trained
+    again (it waited outside the output), the second is, and both end in the output."""
+    import s3.rl.direct_seeds as ds
+    from s3.rl.stage import train_one
+
+    direct = {**TINY["direct"], "budget_s": 3.0, "seeds": 2}
+    params = Params.model_validate({"train": {**TINY, "seed": 3, "direct": direct}})
+    trained: list[int] = []
+    real = ds.train_one_seed
+
+    def killed_at_4(one, *a, **k):
+        if one.train.seed == 4:
+            raise KeyboardInterrupt
+        trained.append(one.train.seed)
+        return real(one, *a, **k)
+
+    monkeypatch.setattr(ds, "train_one_seed", killed_at_4)
+    args = (tmp_path / "models", tmp_path / "policies", tmp_path / "plots", tmp_path / "records")
+    with pytest.raises(KeyboardInterrupt):
+        train_one("direct", params, *args)
+    shutil.rmtree(tmp_path / "policies" / "direct", ignore_errors=True)  # what dvc repro does to the stage's output
+
+    def counted(one, *a, **k):
+        trained.append(one.train.seed)
+        return real(one, *a, **k)
+
+    monkeypatch.setattr(ds, "train_one_seed", counted)
+    saved = train_one("direct", params, *args)
+    assert trained == [3, 4]  # seed 3 once, in the killed run
+    assert [r["seed"] for r in saved["seed_selection"]["seeds"]] == [3, 4]
+    for s in (3, 4):
+        assert (tmp_path / "policies" / "direct" / "seeds" / f"seed{s}" / "policy.json").exists()
+    assert not (tmp_path / "policies" / ".seeds").exists()  # staging moved into the output
 
 
 def test_direct_ends_like_the_distilled_runs_unless_given_a_wall_clock() -> None:

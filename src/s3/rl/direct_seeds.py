@@ -2,6 +2,9 @@
 
     train_direct_seeds(params, out_dir, plots_dir, metrics_dir, budget_s=None, run=None) -> summary
 writes
+    <out_dir>/.seeds/direct/seed<k>/      each run as it trains, and its DONE file once finished, outside the DVC
+                                          output (`dvc repro` deletes it): a killed stage keeps its finished runs;
+                                          moved into the output once every run is done
     <out_dir>/direct/seeds/seed<k>/       each run's policy, checkpoints/ and learning curve (k = train.seed + i)
     <out_dir>/direct/                     the best run's policy (+ "seed_selection" in its policy.json)
     <plots_dir>/direct.png, .csv          the best run's learning curve
@@ -27,6 +30,7 @@ from s3.io import json_safe, write_json_atomic
 from s3.rl.checkpoints import DIR
 from s3.rl.direct import check, train_one_seed
 from s3.rl.export import copy_policy
+from s3.rl.seeds import CANDIDATES
 from s3.tracking import Run
 
 if TYPE_CHECKING:
@@ -61,11 +65,11 @@ def train_direct_seeds(
     if isinstance(checked, dict):
         return checked  # skipped on this source simulator
     tp = params.train
-    base, final = tp.seed, Path(out_dir) / DIRECT
+    base, final, staging = tp.seed, Path(out_dir) / DIRECT, Path(out_dir) / CANDIDATES / DIRECT
     results: dict[int, dict[str, Any]] = {}
     for i in range(tp.direct.seeds):
         seed = base + i
-        folder = final / "seeds" / f"seed{seed}"
+        folder = staging / f"seed{seed}"
         one = params.model_copy(update={"train": tp.model_copy(update={"seed": seed})})
         key = {"train": one.train.model_dump(mode="json"), "sim": one.sim.model_dump(mode="json"), "budget_s": checked}
         done = _done(folder, key)
@@ -75,6 +79,15 @@ def train_direct_seeds(
         seed_run = run if i == 0 else None  # MLflow: the first run's curve (one step axis per run)
         results[seed] = train_one_seed(one, folder, folder, None, checked, seed_run, validation_seed=base)
         write_json_atomic(folder / DONE, {"key": key, "summary": results[seed]})
+    shutil.rmtree(final / "seeds", ignore_errors=True)  # every run into the output, as s3.rl.seeds does
+    (final / "seeds").mkdir(parents=True)
+    for seed in sorted(results):
+        shutil.move(str(staging / f"seed{seed}"), str(final / "seeds" / f"seed{seed}"))
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        (Path(out_dir) / CANDIDATES).rmdir()
+    except OSError:  # other policies' candidates are still there
+        pass
     table = [
         {
             "seed": s,

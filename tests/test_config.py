@@ -20,12 +20,14 @@ def test_repo_params_file_is_valid() -> None:
 
 
 def test_the_paper_params_differ_only_in_the_seeds() -> None:
-    """params_paper.yaml is params.yaml at paper size: 10 seeds, one seed run per core; nothing else moves."""
-    base, paper = load_params(ROOT / "params.yaml").model_dump(), load_params(ROOT / "params_paper.yaml").model_dump()
-    assert paper["train"]["seeds"] == 10 and base["train"]["seeds"] == 3 and paper["train"]["seed_workers"] == 0
-    for key in ("seeds", "seed_workers"):
-        paper["train"].pop(key), base["train"].pop(key)
-    assert paper == base
+    """params_paper.yaml is params_study.yaml at paper size: 10 seeds (direct too), one seed run per core; nothing
+    else moves."""
+    study = load_params(ROOT / "params_study.yaml").model_dump()
+    paper = load_params(ROOT / "params_paper.yaml").model_dump()
+    assert (paper["train"]["seeds"], paper["train"]["direct"]["seeds"], paper["train"]["seed_workers"]) == (10, 10, 0)
+    for tree in (study, paper):
+        tree["train"].pop("seeds"), tree["train"].pop("seed_workers"), tree["train"]["direct"].pop("seeds")
+    assert paper == study
 
 
 def test_the_study_params_differ_only_in_k() -> None:

@@ -4,6 +4,7 @@ claim 3's inversions and its within-family permutation, the sensitivity rows, an
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from scipy import stats as sps
 from s3.report.accuracy import Model, accuracy, inversions, within_family_correlation
 from s3.report.claims import DEVELOPED_ON, RULES, claims
 from s3.report.smoothness import common_laps
-from s3.report.stats import holm, p_verdict, spearman_rho, welch_p
+from s3.report.stats import holm, p_verdict, power_plan, spearman_rho, welch_p
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,6 +109,10 @@ def test_claim_3_rows_from_records() -> None:
     assert primary["effect"] == pytest.approx(0.52 - 0.91) and "x minus y" in primary["detail"]["effect_is"]
     assert association["role"] == "secondary" and association["effect"] == pytest.approx(-0.5)
     assert association["verdict"] == "cannot tell"  # 3 models: the exact p is at best 2/6
+    # the deciding pair's power, at Holm's strictest level over the 3 pairs: wider than at 5 %
+    x, y = [0.5, 0.52, 0.54], [0.9, 0.92]
+    assert primary["power"] == pytest.approx(power_plan(x, y, 0.52 - 0.91, confidence=1 - 0.05 / 3))
+    assert primary["power"]["detectable_effect"] > power_plan(x, y, 0.52 - 0.91)["detectable_effect"]
     alone = accuracy(rows, {"x": evals["x"]}, ["x", "y", "z"], {})[0]
     assert alone["verdict"] == "not run"
 
@@ -173,6 +178,9 @@ def test_claim_1_by_the_censored_times_of_every_seed() -> None:
     assert row["verdict"] == "holds" and row["k"] == 5 and row["p_value"] < 0.05
     assert row["effect"] == pytest.approx(900.0 - 600.0) and row["effect_text"].startswith("at least 300 s sooner")
     assert row["n"] == "5 vs 5 seeds (dytr vs direct), 4 vs 0 reached" and "log-rank" in row["test"]
+    z = 1.959964 + 0.841621  # Schoenfeld: 4 events, equal groups: the smallest hazard ratio found 80 % of the time
+    assert row["power"]["detectable_effect"] == pytest.approx(math.exp(2 * z / math.sqrt(4)), rel=1e-5)
+    assert row["power"]["text"] == "hazard ratio 16.5 (4 events) at K = 5"
     # the other way round: direct reaches quality sooner in every seed
     fast = _seed_rows([100.0, 120.0, 130.0, 140.0, 150.0], 900.0)
     other = efficiency_claim({**ttq, "direct": {"seeds": fast}})

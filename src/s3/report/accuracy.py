@@ -16,7 +16,8 @@ source simulator on the evaluation suite, per training seed (the unit).
   holds = at least one pair in which the more accurate model trains decidedly worse policies (adjusted
   p < 0.05, effect < 0): accuracy does not order quality. does not hold = every pair decided the other
   way (accuracy orders every pair, at this n). cannot tell otherwise. The effect is the deciding pair's
-  difference (the most significant inversion; without one, the most negative difference), with its interval.
+  difference (the most significant inversion; without one, the most negative difference), with its interval,
+  and its power (s3.report.stats.power_plan) at Holm's strictest level, 0.05 / the number of pairs.
 - secondary, association: Spearman rho of (ADE, quality); rho < 0 = lower error, better policies (the
   report's one sign convention). With graded variants: within family, the mean of the per-family rho
   over the families with at least 3 models, p from permuting quality within each family (exact over
@@ -42,7 +43,7 @@ from s3.evaluate.suite import groups
 from s3.report.claim_row import PRIMARY, SECONDARY, claim_row, runs, seed_means
 from s3.report.inputs import get, num
 from s3.report.rows import CONDITIONS
-from s3.report.stats import holm, model_correlation, p_verdict, spearman_rho, welch_p
+from s3.report.stats import holm, model_correlation, p_verdict, power_plan, spearman_rho, welch_p
 
 CLAIM = "3 accuracy alone does not characterize"
 HEADLINE_ERROR = "ade_2s_all"
@@ -179,6 +180,9 @@ def accuracy(
         which = "the most significant inversion" if inverted else "the most negative difference"
         detail["effect_is"] = f"{shown['more_accurate']} minus {shown['less_accurate']} ({which} of {len(pairs)} pairs)"
         detail["p_adjusted"] = shown["p_adjusted"]
+        a, b = (seed_means(ms[shown[side]].seeds) for side in ("more_accurate", "less_accurate"))
+        # the deciding pair's power at Holm's strictest level, 0.05 / (pairs): what this K detects in any one pair
+        power = power_plan(a, b, shown["interval"].estimate, confidence=1 - 0.05 / len(pairs))
         out = [
             claim_row(
                 CLAIM,
@@ -192,6 +196,7 @@ def accuracy(
                 test=PRIMARY_TEST,
                 k=k,
                 p_value=shown["p_value"],
+                power=power,
             )
         ]
     if role != PRIMARY:

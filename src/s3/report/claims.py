@@ -36,7 +36,7 @@ from s3.report.claim_row import (
 from s3.report.inputs import get, num
 from s3.report.smoothness import CLAIM as SMOOTHNESS
 from s3.report.smoothness import smoothness
-from s3.report.stats import power_plan
+from s3.report.stats import logrank_power, power_plan
 
 EFFICIENCY = "1 efficiency"
 # the evaluation circuit looked at most while recipes were developed (docs/decisions/road-course-held-out.md)
@@ -217,6 +217,7 @@ def _censored_test(ttq: Mapping[str, Any], statement: str) -> dict[str, Any] | N
         unit="s",
         effect_text=text,
         p_value=p,
+        power=logrank_power(res["reached_a"] + res["reached_b"], k),
     )
 
 

@@ -33,6 +33,8 @@ def _power(p: Mapping[str, Any] | None) -> str:
     """The smallest effect this K detects with 80 % power, and the seeds per side the observed effect needs."""
     if not p:
         return DASH
+    if p.get("text"):  # a power that is not a difference (claim 1's hazard ratio)
+        return str(p["text"])
     need = "" if p.get("seeds_needed") is None else f" ({p['seeds_needed']})"
     return f"±{_f(p['detectable_effect'])} at K = {p['k']}{need}"
 

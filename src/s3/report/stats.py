@@ -21,6 +21,9 @@ conditions, over training seeds). Definitions (fixed before looking at any resul
   a two-sided test at 5 % detects with 80 % power at the K run (the detectable effect), and the K
   per side the observed effect would need for that power; normal approximation from the seeds'
   spread. It plans K; an sd from 3 seeds is itself uncertain.
+- power of a log-rank test (`logrank_power`, claim 1): Schoenfeld's approximation for two groups of
+  equal size, the smallest hazard ratio a two-sided test at 5 % detects with 80 % power from the
+  events observed (seeds that reached quality, both routes): exp(2 z / sqrt(events)).
 - secondary rows (`welch_p`, `holm`, `p_verdict`): a claim with several metrics names one primary,
   whose verdict is the claim's (the interval rule above); its secondaries are judged together with
   Holm's step-down correction, at a family-wise 5 %, of the two-sided p of Welch's t-test on the two
@@ -171,6 +174,18 @@ def power_plan(
     if effect is not None and math.isfinite(effect) and effect != 0:
         need = max(2, math.ceil((z * sd / abs(effect)) ** 2))
     return {"k": k, "power": power, "sd": sd, "detectable_effect": z * sd / math.sqrt(k), "seeds_needed": need}
+
+
+def logrank_power(events: int, k: int, power: float = POWER, confidence: float = CONFIDENCE) -> dict[str, Any] | None:
+    """The smallest hazard ratio (> 1) a two-sided log-rank test detects with `power` from `events` observed events
+    in two equal groups of K = `k` (Schoenfeld: events = 4 z^2 / ln(HR)^2, z = z_(1 - alpha/2) + z_power); the
+    report prints it as a ratio, not a difference. None without an event."""
+    if events < 1:
+        return None
+    z = float(stats.norm.ppf(0.5 + confidence / 2) + stats.norm.ppf(power))
+    hr = math.exp(2 * z / math.sqrt(events))
+    text = f"hazard ratio {hr:.1f} ({events} events) at K = {k}"
+    return {"k": k, "power": power, "events": events, "detectable_effect": hr, "seeds_needed": None, "text": text}
 
 
 def spearman_rho(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats as sps
 
 from s3.report.accuracy import Model, accuracy, inversions, within_family_correlation
-from s3.report.claims import DEVELOPED_ON, RULES, claims
+from s3.report.claims import DEVELOPED_ON, RULES, claim_verdicts, claims
 from s3.report.smoothness import common_laps
 from s3.report.stats import holm, p_verdict, power_plan, spearman_rho, welch_p
 
@@ -202,3 +202,26 @@ def test_claim_1_by_the_censored_times_of_every_seed() -> None:
             sps.CensoredData(uncensored=[500, 520, 600, 650], right=[800]), sps.CensoredData(right=[900] * 5)
         ).pvalue
     )
+
+
+def test_a_claim_with_several_primaries_holds_only_when_every_one_with_data_does() -> None:
+    """Intersection-union over the primaries; secondaries and sensitivity rows never decide; a primary without data
+    is left out and counted."""
+
+    def row(claim: str, verdict: str, role: str = "primary", effect: float | None = 0.1) -> dict[str, Any]:
+        return {"claim": claim, "verdict": verdict, "role": role, "effect": effect}
+
+    rows = [
+        row("2", "holds"),
+        row("2", "holds"),
+        row("2", "cannot tell", effect=None),  # no lap both complete: no data
+        row("2", "does not hold", role="secondary"),
+        row("2", "does not hold", role="sensitivity"),
+        row("3", "holds"),
+        row("3", "cannot tell"),
+        row("4", "not run", effect=None),
+    ]
+    got = claim_verdicts(rows)
+    assert got["2"] == {"verdict": "holds", "primaries": 3, "with_data": 2}
+    assert got["3"]["verdict"] == "cannot tell" and got["4"]["verdict"] == "not run"
+    assert claim_verdicts([*rows, row("2", "does not hold")])["2"]["verdict"] == "does not hold"

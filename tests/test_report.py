@@ -552,6 +552,15 @@ def test_the_claims_verdicts_from_their_inputs(ws: Path) -> None:
     sensitivity = [c for c in rep["claims"] if c["role"] == "sensitivity"]
     assert len(sensitivity) == 4 + 1 + 1 and all("[without road_course]" in c["statement"] for c in sensitivity)
     assert {c["verdict"] for c in sensitivity} == {"not run"}
+    # each claim's verdict from its primaries: claim 2 has one that holds and one that does not: does not hold
+    verdicts = rep["claim_verdicts"]
+    two = verdicts["2 smoother, safer"]
+    assert two["verdict"] == "does not hold" and two["primaries"] == 4
+    assert verdicts["4 friction diversity transfers"]["verdict"] == "holds"
+    assert verdicts["1 efficiency"] == {"verdict": "cannot tell", "primaries": 1, "with_data": 1}
+    from s3.report.render_claims import verdict_rows
+
+    assert ["2 smoother, safer", "does not hold", "4 / 4"] in verdict_rows(rep)
 
 
 def test_direct_budget_rule_and_the_claims_verdicts(ws: Path) -> None:

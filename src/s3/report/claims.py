@@ -50,7 +50,9 @@ RULES = {
     "time, is then stated alone)",
     SMOOTHNESS: "per grounded family against each black-box family and per condition, the primary is the mean "
     "absolute steering rate over the laps both complete; secondaries (steering jerk, lateral jerk, time off the "
-    "road, minimum edge margin on the same laps; completion rate over every run) are Holm-corrected",
+    "road, minimum edge margin on the same laps; completion rate over every run) are Holm-corrected; the claim "
+    "holds when every primary with data holds, does not hold when any does not hold, and cannot tell otherwise "
+    "(intersection-union, no correction over the primaries)",
     ACCURACY: "holds when some pair of models has the more accurate one (lower ADE 2 s) training decidedly worse "
     "policies (Holm-corrected over the pairs); does not hold when every pair is decided the other way; the "
     "association (Spearman rho < 0) is a secondary row",
@@ -219,6 +221,30 @@ def _censored_test(ttq: Mapping[str, Any], statement: str) -> dict[str, Any] | N
         p_value=p,
         power=logrank_power(res["reached_a"] + res["reached_b"], k),
     )
+
+
+def claim_verdicts(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each claim's verdict from its primary rows (sensitivity and secondary rows never decide a claim). One primary:
+    its verdict. Several (claim 2: each grounded family against each black-box one, per condition), an
+    intersection-union rule, so no correction: holds when every primary with data holds, does not hold when any
+    does not hold, cannot tell otherwise; a primary without data (no lap both sides complete) is left out and
+    counted; none with data: not run."""
+    out: dict[str, dict[str, Any]] = {}
+    for claim in dict.fromkeys(r["claim"] for r in rows):
+        primaries = [r for r in rows if r["claim"] == claim and r.get("role", PRIMARY) == PRIMARY]
+        ran = [r for r in primaries if r["verdict"] != "not run" and r.get("effect") is not None]
+        verdicts = {r["verdict"] for r in ran}
+        verdict = (
+            "not run"
+            if not ran
+            else "does not hold"
+            if "does not hold" in verdicts
+            else "holds"
+            if verdicts == {"holds"}
+            else "cannot tell"
+        )
+        out[claim] = {"verdict": verdict, "primaries": len(primaries), "with_data": len(ran)}
+    return out
 
 
 def claims(

@@ -1,7 +1,8 @@
 """The claim rows as text: one table row per claim row (s3.report.claims), and the report's claims section.
 
 claim_rows(report, roles=None) -> [[cell, ...]]       CLAIM_COLUMNS, every row or those of `roles`
-claims_section(report, md_table) -> [markdown block]  the rules (report["claim_rules"]), then every row
+verdict_rows(report) -> [[cell, ...]]                 VERDICT_COLUMNS: each claim's verdict (report["claim_verdicts"])
+claims_section(report, md_table) -> [markdown block]  the rules (report["claim_rules"]), the verdicts, every row
 """
 
 from __future__ import annotations
@@ -59,17 +60,32 @@ INTRO = (
     "Two-sided 95 %, every rule fixed before the study's run ([docs/statistics.md](../docs/statistics.md)). A "
     "claim's verdict is its primary row's: *holds* when the interval of the effect excludes zero in the claimed "
     "direction, *does not hold* when it excludes zero the other way, *cannot tell* otherwise (at this n), unless "
-    "the claim's rule below says otherwise. Secondary rows are Holm-corrected within their claim (Welch's p on the "
+    "the claim's rule below says otherwise; a claim with several primaries (claim 2) holds when every one with "
+    "data holds and does not hold when any does not (s3.report.claims.claim_verdicts). Secondary rows are "
+    "Holm-corrected within their claim (Welch's p on the "
     "seed means); sensitivity rows repeat the primaries without the road course."
 )
 
 
+VERDICT_COLUMNS = ("claim", "verdict", "from its primary rows (with data / all)")
+
+
+def verdict_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    """Each claim's verdict (s3.report.claims.claim_verdicts) and how many primary rows it comes from."""
+    return [
+        [claim, v["verdict"], f"{v['with_data']} / {v['primaries']}"]
+        for claim, v in (report.get("claim_verdicts") or {}).items()
+    ]
+
+
 def claims_section(report: Mapping[str, Any], md_table: Callable[[Iterable[str], list[list[str]]], str]) -> list[str]:
-    """reports/report.md's claims: the intro, each claim's rule, the rows."""
+    """reports/report.md's claims: the intro, each claim's rule, each claim's verdict, the rows."""
     rules = report.get("claim_rules") or {}
+    verdicts = verdict_rows(report)
     return [
         "## The paper's claims",
         INTRO,
         *(["\n".join(f"- **{k}**: {v}." for k, v in rules.items())] if rules else []),
+        *([md_table(VERDICT_COLUMNS, verdicts)] if verdicts else []),
         md_table(CLAIM_COLUMNS, claim_rows(report)),
     ]

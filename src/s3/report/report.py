@@ -52,7 +52,7 @@ from rich.console import Console
 from s3 import headline
 from s3.catalog import DIRECT, FAMILIES, FAMILY, ORACLE_KIND
 from s3.io import json_safe, write_text_atomic
-from s3.report.claims import RULES, claims
+from s3.report.claims import RULES, claim_verdicts, claims
 from s3.report.cost import collect_cost, direct_cost, efficiency_block
 from s3.report.dagger import dagger_rows
 from s3.report.inputs import (
@@ -193,8 +193,10 @@ def build_report(
     direct = direct_cost(read_json(t_dir / f"{DIRECT}.json", missing), get(ttq, DIRECT), dt)
     experiments = read_experiments(metrics_dir / "experiments")
     levers = lever_rows(experiments.get(LEVER_SET, {}), evals)
+    claim_list = claims(evals, rows, families, experiments, ttq)
     report = {
-        "claims": claims(evals, rows, families, experiments, ttq),
+        "claims": claim_list,
+        "claim_verdicts": claim_verdicts(claim_list),
         "claim_rules": RULES,
         "experiments": {k: sorted(v) for k, v in experiments.items()},
         "levers": levers,

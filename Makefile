@@ -65,8 +65,8 @@ graded: install  ## claim 3: ddm and transformer of graded accuracy (fewer epoch
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/s3 study run graded --root $(STUDY_DIR)
 
 # The study of issue #39 (docs/study.md, "make study"): the pipeline on params_study.yaml (K = 5 in every arm)
-# in its own workspace, then the graded-accuracy and friction sets on the same file, then the report that
-# reads them all. Every step resumes: DVC stages, and a finished variant is skipped. Hours on 2 cores.
+# in its own workspace, then the graded-accuracy and friction sets and two ice variants on the same file, then
+# the report that reads them all. Every step resumes: DVC stages, and a finished variant is skipped. Hours on 2 cores.
 STUDY_RUN ?= /tmp/s3-study-run
 
 study: install  ## the study: params_study.yaml, K = 5 everywhere, one workspace, every claim, the ice rows (about 8 h on 2 cores)

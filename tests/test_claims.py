@@ -113,6 +113,9 @@ def test_claim_3_rows_from_records() -> None:
     x, y = [0.5, 0.52, 0.54], [0.9, 0.92]
     assert primary["power"] == pytest.approx(power_plan(x, y, 0.52 - 0.91, confidence=1 - 0.05 / 3))
     assert primary["power"]["detectable_effect"] > power_plan(x, y, 0.52 - 0.91)["detectable_effect"]
+    z = 2.393980 + 0.841621  # two-sided at 0.05 / 3, 80 % power; sd of the difference sqrt(0.02^2 + 0.01414^2)
+    assert primary["power"]["detectable_effect"] == pytest.approx(z * math.sqrt(0.0006) / math.sqrt(2), rel=1e-4)
+    assert primary["power"]["alpha"] == pytest.approx(0.05 / 3)
     alone = accuracy(rows, {"x": evals["x"]}, ["x", "y", "z"], {})[0]
     assert alone["verdict"] == "not run"
 
@@ -181,6 +184,11 @@ def test_claim_1_by_the_censored_times_of_every_seed() -> None:
     z = 1.959964 + 0.841621  # Schoenfeld: 4 events, equal groups: the smallest hazard ratio found 80 % of the time
     assert row["power"]["detectable_effect"] == pytest.approx(math.exp(2 * z / math.sqrt(4)), rel=1e-5)
     assert row["power"]["text"] == "hazard ratio 16.5 (4 events) at K = 5"
+    from s3.report.stats import logrank_power
+
+    q = 5 / 9  # unequal groups (a seed lost on one side): Schoenfeld's allocation term q (1 - q) < 1/4
+    assert logrank_power(4, 5, 4)["detectable_effect"] == pytest.approx(math.exp(z / math.sqrt(4 * q * (1 - q))))
+    assert logrank_power(0, 5, 5) is None
     # the other way round: direct reaches quality sooner in every seed
     fast = _seed_rows([100.0, 120.0, 130.0, 140.0, 150.0], 900.0)
     other = efficiency_claim({**ttq, "direct": {"seeds": fast}})
@@ -204,24 +212,22 @@ def test_claim_1_by_the_censored_times_of_every_seed() -> None:
     )
 
 
-def test_a_claim_with_several_primaries_holds_only_when_every_one_with_data_does() -> None:
-    """Intersection-union over the primaries; secondaries and sensitivity rows never decide; a primary without data
-    is left out and counted."""
+def test_a_claim_with_several_primaries_holds_only_when_every_one_does() -> None:
+    """Intersection-union for "holds"; "does not hold" needs a primary decided the other way after Holm over the
+    primaries; a primary without data leaves the claim at cannot tell; secondaries and sensitivity rows never
+    decide."""
 
-    def row(claim: str, verdict: str, role: str = "primary", effect: float | None = 0.1) -> dict[str, Any]:
-        return {"claim": claim, "verdict": verdict, "role": role, "effect": effect}
+    def row(claim: str, verdict: str, role: str = "primary", effect: float | None = -0.1, p: float | None = 0.04):
+        out = {"claim": claim, "verdict": verdict, "role": role, "effect": effect, "p_value": p}
+        return {**out, "direction": "negative"}
 
-    rows = [
-        row("2", "holds"),
-        row("2", "holds"),
-        row("2", "cannot tell", effect=None),  # no lap both complete: no data
-        row("2", "does not hold", role="secondary"),
-        row("2", "does not hold", role="sensitivity"),
-        row("3", "holds"),
-        row("3", "cannot tell"),
-        row("4", "not run", effect=None),
-    ]
-    got = claim_verdicts(rows)
-    assert got["2"] == {"verdict": "holds", "primaries": 3, "with_data": 2}
-    assert got["3"]["verdict"] == "cannot tell" and got["4"]["verdict"] == "not run"
-    assert claim_verdicts([*rows, row("2", "does not hold")])["2"]["verdict"] == "does not hold"
+    two = [row("2", "holds"), row("2", "holds"), row("2", "does not hold", "secondary"), row("2", "x", "sensitivity")]
+    assert claim_verdicts(two)["2"] == {"verdict": "holds", "primaries": 2, "with_data": 2}
+    no_lap = [*two, row("2", "cannot tell", effect=None, p=None)]  # no lap both complete
+    assert claim_verdicts(no_lap)["2"] == {"verdict": "cannot tell", "primaries": 3, "with_data": 2}
+    # decided the other way beside two at p 0.04: p 0.01 stays below 0.05 after Holm over 3 (0.03); p 0.03 does not
+    # (0.09)
+    assert claim_verdicts([*two, row("2", "does not hold", effect=0.2, p=0.01)])["2"]["verdict"] == "does not hold"
+    assert claim_verdicts([*two, row("2", "does not hold", effect=0.2, p=0.03)])["2"]["verdict"] == "cannot tell"
+    one = claim_verdicts([row("3", "cannot tell", effect=None), row("4", "not run", effect=None)])
+    assert one["3"]["verdict"] == "cannot tell" and one["4"]["verdict"] == "not run"  # one primary: its own verdict

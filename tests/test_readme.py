@@ -198,7 +198,9 @@ def test_readme_table_renders_the_report(metrics: Path) -> None:
     assert "| 1 efficiency | primary |" in text and "not run" in text  # no time-to-quality curves in this folder
     primary = [c for c in rep["claims"] if c["role"] == "primary"]
     assert len(primary) < len(rep["claims"]) and "| secondary |" not in text  # the rest: reports/report.md
-    assert text.count("\n| ") == len(rep["rows"]) + 1 + len(primary) + 1  # header + rows, twice
+    verdicts = rep["claim_verdicts"]  # each claim's verdict, then its primary rows
+    assert "| 2 smoother, safer | " in text and len(verdicts) == 4
+    assert text.count("\n| ") == len(rep["rows"]) + 1 + len(verdicts) + 1 + len(primary) + 1  # header + rows, thrice
     other = {**rep, "generated_at": "2000-01-01T00:00:00+00:00", "machine": "elsewhere"}
     assert readme_table(other) == text  # from the metrics alone: the same report, the same text
 

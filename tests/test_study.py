@@ -183,6 +183,33 @@ def test_a_dagger_variant_runs_its_rounds_and_keeps_their_record(tmp_path: Path)
         write_result(ws, study.variants["rounds"], tmp_path / "x.json", dagger=True)
 
 
+def test_running_a_dagger_variant_reproduces_both_stages_and_keeps_the_record(tmp_path, monkeypatch) -> None:
+    """run_study -> run_variant: `dvc repro evaluate@ddm dagger@ddm` in the variant's workspace, and the result file
+    carries records/dagger/ddm.json (dvc itself faked: it writes the records the stages would)."""
+    import subprocess
+
+    import s3.platform.workspace as workspace
+
+    f = _study(tmp_path, {"rounds": {"family": "ddm", "overrides": {"dagger.policies": ["ddm"]}}}, "params_quick.yaml")
+    calls = []
+
+    def fake_dvc(cmd, cwd, env):
+        calls.append(cmd[1:])
+        for folder in ("distill", "eval", "train", "dagger"):
+            (Path(cwd) / "records" / folder).mkdir(parents=True, exist_ok=True)
+            (Path(cwd) / "records" / folder / "ddm.json").write_text(json.dumps({"stage": folder}))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(
+        workspace, "prepare_workspace", lambda src, ws, share_cache=True: Path(ws).mkdir(parents=True, exist_ok=True)
+    )
+    monkeypatch.setattr("s3.platform.study.subprocess.run", fake_dvc)
+    results = tmp_path / "results"
+    run_study(f, root=tmp_path / "ws", results=results, project=ROOT, say=lambda _: None)
+    assert calls == [["repro", "evaluate@ddm", "dagger@ddm"]]
+    assert json.loads((results / "tiny" / "rounds.json").read_text())["dagger"] == {"stage": "dagger"}
+
+
 def test_rollouts_are_seeded_only_from_a_matching_collection(tmp_path: Path) -> None:
     from s3.data.provenance import data_key
 

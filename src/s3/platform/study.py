@@ -42,13 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from s3.config import Params
+from s3.dagger import DAGGER
 from s3.io import workspace_lock, write_json_atomic
 from s3.platform.study_set import Study, StudyError, Variant, check_variant, load_study, params_text
 
 RESULTS_DIR = Path("records/experiments")
 DEFAULT_ROOT = Path("/tmp/s3-study")
 RESULT_KEYS = ("params", "distill", "eval", "train")
-DAGGER_KEY = "dagger"  # the result's key for the dagger@<policy> record, where the variant runs DAgger rounds
 
 
 def runs_dagger(variant: Variant, params: Params) -> bool:
@@ -58,7 +58,7 @@ def runs_dagger(variant: Variant, params: Params) -> bool:
 
 # ---------------------------------------------------------------------------- results
 def result_of(workspace: Path, variant: Variant, dagger: bool = False) -> dict[str, Any]:
-    """The variant's result from its workspace's metrics: exactly RESULT_KEYS, and DAGGER_KEY with `dagger`."""
+    """The variant's result from its workspace's metrics: exactly RESULT_KEYS, and DAGGER with `dagger`."""
     ws = Path(workspace)
     files = {
         "distill": ws / "records/distill" / f"{variant.family}.json",
@@ -66,7 +66,7 @@ def result_of(workspace: Path, variant: Variant, dagger: bool = False) -> dict[s
         "train": ws / "records/train" / f"{variant.policy}.json",
     }
     if dagger:
-        files[DAGGER_KEY] = ws / "records/dagger" / f"{variant.policy}.json"
+        files[DAGGER] = ws / "records" / DAGGER / f"{variant.policy}.json"
     out: dict[str, Any] = {"params": dict(variant.overrides)}
     for key, f in files.items():
         try:
@@ -83,7 +83,7 @@ def write_result(workspace: Path, variant: Variant, dest: Path, dagger: bool = F
 # ---------------------------------------------------------------------------- running
 def targets(variant: Variant, dagger: bool = False) -> list[str]:
     """The stages `dvc repro` runs in the variant's workspace (with what they need)."""
-    return [f"evaluate@{variant.policy}", *([f"dagger@{variant.policy}"] if dagger else [])]
+    return [f"evaluate@{variant.policy}", *([f"{DAGGER}@{variant.policy}"] if dagger else [])]
 
 
 @dataclass

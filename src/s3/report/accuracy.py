@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from s3.evaluate.intervals import difference_bootstrap
+from s3.evaluate.intervals import CONFIDENCE, difference_bootstrap
 from s3.evaluate.suite import groups
 from s3.report.claim_row import PRIMARY, SECONDARY, claim_row, runs, seed_means
 from s3.report.inputs import get, num
@@ -181,8 +181,8 @@ def accuracy(
         detail["effect_is"] = f"{shown['more_accurate']} minus {shown['less_accurate']} ({which} of {len(pairs)} pairs)"
         detail["p_adjusted"] = shown["p_adjusted"]
         a, b = (seed_means(ms[shown[side]].seeds) for side in ("more_accurate", "less_accurate"))
-        # the deciding pair's power at Holm's strictest level, 0.05 / (pairs): what this K detects in any one pair
-        power = power_plan(a, b, shown["interval"].estimate, confidence=1 - 0.05 / len(pairs))
+        # the deciding pair's power at Holm's strictest level, alpha / (pairs): what this K detects in any one pair
+        power = power_plan(a, b, shown["interval"].estimate, confidence=1 - (1 - CONFIDENCE) / len(pairs))
         out = [
             claim_row(
                 CLAIM,

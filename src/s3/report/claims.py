@@ -4,7 +4,8 @@
 
 Every rule was fixed before the study's run and is stated in docs/statistics.md ("The claims"), whose
 text tests/test_claims.py checks against RULES here. Two-sided 95 %; a claim's verdict is its
-primary row's (the interval rule of s3.report.stats.verdict unless the claim's rule says otherwise);
+primary row's (the interval rule of s3.report.stats.verdict unless the claim's rule says otherwise; claim 2's
+rule combines its several primaries: claim_verdicts);
 secondary rows are Holm-corrected within their claim; a claim whose inputs were not run says "not run".
 Then every primary on the evaluation suite without the development circuit (DEVELOPED_ON): the
 sensitivity rows, so that no verdict rests on the circuit looked at most.
@@ -36,7 +37,7 @@ from s3.report.claim_row import (
 from s3.report.inputs import get, num
 from s3.report.smoothness import CLAIM as SMOOTHNESS
 from s3.report.smoothness import smoothness
-from s3.report.stats import logrank_power, power_plan
+from s3.report.stats import holm, logrank_power, p_verdict, power_plan
 
 EFFICIENCY = "1 efficiency"
 # the evaluation circuit looked at most while recipes were developed (docs/decisions/road-course-held-out.md)
@@ -51,8 +52,9 @@ RULES = {
     SMOOTHNESS: "per grounded family against each black-box family and per condition, the primary is the mean "
     "absolute steering rate over the laps both complete; secondaries (steering jerk, lateral jerk, time off the "
     "road, minimum edge margin on the same laps; completion rate over every run) are Holm-corrected; the claim "
-    "holds when every primary with data holds, does not hold when any does not hold, and cannot tell otherwise "
-    "(intersection-union, no correction over the primaries)",
+    "holds when every primary holds (intersection-union, no correction), does not hold when a primary is decided "
+    "the other way by its Welch p Holm-corrected over the primaries, and cannot tell otherwise (also when a "
+    "primary has no lap both sides complete)",
     ACCURACY: "holds when some pair of models has the more accurate one (lower ADE 2 s) training decidedly worse "
     "policies (Holm-corrected over the pairs); does not hold when every pair is decided the other way; the "
     "association (Spearman rho < 0) is a secondary row",
@@ -219,31 +221,33 @@ def _censored_test(ttq: Mapping[str, Any], statement: str) -> dict[str, Any] | N
         unit="s",
         effect_text=text,
         p_value=p,
-        power=logrank_power(res["reached_a"] + res["reached_b"], k),
+        power=logrank_power(res["reached_a"] + res["reached_b"], res["n_a"], res["n_b"]),
     )
 
 
 def claim_verdicts(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each claim's verdict from its primary rows (sensitivity and secondary rows never decide a claim). One primary:
-    its verdict. Several (claim 2: each grounded family against each black-box one, per condition), an
-    intersection-union rule, so no correction: holds when every primary with data holds, does not hold when any
-    does not hold, cannot tell otherwise; a primary without data (no lap both sides complete) is left out and
-    counted; none with data: not run."""
+    """Each claim's verdict from its primary rows (secondary and sensitivity rows never decide a claim). One primary:
+    its verdict. Several (claim 2: each grounded family against each black-box one, per condition), by RULES:
+    holds when every primary holds (intersection-union: each at 5 %, no correction); does not hold when a primary
+    is decided the other way by its Welch p, Holm-corrected over the primaries (s3.report.stats.p_verdict);
+    cannot tell otherwise, so also when a primary has no data (no lap both sides complete); not run when none
+    ran. `with_data`: the primaries with an effect."""
     out: dict[str, dict[str, Any]] = {}
     for claim in dict.fromkeys(r["claim"] for r in rows):
-        primaries = [r for r in rows if r["claim"] == claim and r.get("role", PRIMARY) == PRIMARY]
-        ran = [r for r in primaries if r["verdict"] != "not run" and r.get("effect") is not None]
-        verdicts = {r["verdict"] for r in ran}
-        verdict = (
-            "not run"
-            if not ran
-            else "does not hold"
-            if "does not hold" in verdicts
-            else "holds"
-            if verdicts == {"holds"}
-            else "cannot tell"
-        )
-        out[claim] = {"verdict": verdict, "primaries": len(primaries), "with_data": len(ran)}
+        prim = [r for r in rows if r["claim"] == claim and r.get("role", PRIMARY) == PRIMARY]
+        with_data = sum(r.get("effect") is not None and r["verdict"] != "not run" for r in prim)
+        if len(prim) == 1 or all(r["verdict"] == "not run" for r in prim):
+            verdict = prim[0]["verdict"] if len(prim) == 1 else "not run"
+        elif all(r["verdict"] == "holds" for r in prim):
+            verdict = "holds"
+        else:
+            adjusted = holm([1.0 if r.get("p_value") is None else r["p_value"] for r in prim])
+            against = [
+                p_verdict(adj, r.get("effect"), 1 if r.get("direction") == "positive" else -1) == "does not hold"
+                for r, adj in zip(prim, adjusted, strict=True)
+            ]
+            verdict = "does not hold" if any(against) else "cannot tell"
+        out[claim] = {"verdict": verdict, "primaries": len(prim), "with_data": with_data}
     return out
 
 

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from s3 import headline
+from s3.dagger import DAGGER  # records/<DAGGER>/<policy>.json, an experiment result's key
 from s3.report.inputs import read_json
 from s3.report.levers import seed_scores, spread
-
-DAGGER = "dagger"  # records/<DAGGER>/<policy>.json, and the experiment result's key (s3.platform.study.DAGGER_KEY)
 
 
 def _seed_spreads(seeds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -57,7 +56,8 @@ def _rounds(label: str, record: dict[str, Any], distilled: dict[str, Any] | None
 
 def dagger_rows(records_dir: Path, experiments: dict[str, dict[str, dict[str, Any]]] | None = None) -> list[dict]:
     """Every round of every records/dagger/<policy>.json (labelled by its policy), then of every experiment
-    variant's (labelled `<policy> (<set>/<variant>)`), in policy then round order; [] when none ran."""
+    variant's (labelled `<policy> (<set>/<variant>)`), in policy (then set and variant) and round order; [] when none
+    ran."""
     rows: list[dict[str, Any]] = []
     for path in sorted((Path(records_dir) / DAGGER).glob("*.json")):
         record = read_json(path, [])
@@ -70,5 +70,6 @@ def dagger_rows(records_dir: Path, experiments: dict[str, dict[str, dict[str, An
         for variant, v in sorted(variants.items()):
             record = v.get(DAGGER)
             if record:
-                rows += _rounds(f"{record.get('policy')} ({set_name}/{variant})", record, v.get("distill"))
+                policy = record.get("policy") or (v.get("train") or {}).get("policy", "?")
+                rows += _rounds(f"{policy} ({set_name}/{variant})", record, v.get("distill"))
     return rows

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from s3.catalog import PID_CAUTIOUS, observes_surface
+from s3.dagger import DAGGER
 
 SET = "ice"  # records/experiments/<SET>/, studies/<SET>.yaml
 PLAIN = "plain"  # the set's variant without a lever: its overrides are the set's own
@@ -60,7 +61,7 @@ def lever_rows(variants: Mapping[str, Mapping[str, Any]], baseline_evals: Mappin
     shared = dict((variants.get(PLAIN) or {}).get("params") or {})  # the set's own overrides: plain has no other
     rows = []
     for name, v in sorted(variants.items(), key=lambda kv: kv[0] != PLAIN):
-        if v.get("dagger"):  # its rounds: s3.report.dagger
+        if v.get(DAGGER):  # its rounds: s3.report.dagger
             continue
         train, ev, distill = v.get("train") or {}, v.get("eval") or {}, v.get("distill") or {}
         seeds = (train.get("seed_selection") or {}).get("seeds") or []

@@ -7,6 +7,7 @@ claims_section(report, md_table) -> [markdown block]  the rules (report["claim_r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -37,7 +38,9 @@ def _power(p: Mapping[str, Any] | None) -> str:
     if p.get("text"):  # a power that is not a difference (claim 1's hazard ratio)
         return str(p["text"])
     need = "" if p.get("seeds_needed") is None else f" ({p['seeds_needed']})"
-    return f"±{_f(p['detectable_effect'])} at K = {p['k']}{need}"
+    alpha = p.get("alpha")
+    level = "" if alpha is None or math.isclose(alpha, 0.05) else f", alpha {alpha:.3g}"  # a corrected level
+    return f"±{_f(p['detectable_effect'])} at K = {p['k']}{level}{need}"
 
 
 def claim_rows(report: Mapping[str, Any], roles: Iterable[str] | None = None) -> list[list[str]]:
@@ -60,9 +63,8 @@ INTRO = (
     "Two-sided 95 %, every rule fixed before the study's run ([docs/statistics.md](../docs/statistics.md)). A "
     "claim's verdict is its primary row's: *holds* when the interval of the effect excludes zero in the claimed "
     "direction, *does not hold* when it excludes zero the other way, *cannot tell* otherwise (at this n), unless "
-    "the claim's rule below says otherwise; a claim with several primaries (claim 2) holds when every one with "
-    "data holds and does not hold when any does not (s3.report.claims.claim_verdicts). Secondary rows are "
-    "Holm-corrected within their claim (Welch's p on the "
+    "the claim's rule below says otherwise (claim 2 has several primaries: its rule combines them). Secondary rows "
+    "are Holm-corrected within their claim (Welch's p on the "
     "seed means); sensitivity rows repeat the primaries without the road course."
 )
 

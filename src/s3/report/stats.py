@@ -154,6 +154,11 @@ def p_verdict(p: float | None, estimate: float | None, direction: Direction, alp
 POWER = 0.8
 
 
+def _z(confidence: float, power: float) -> float:
+    """z_(1 - alpha/2) + z_power for a two-sided test at alpha = 1 - confidence."""
+    return float(stats.norm.ppf(0.5 + confidence / 2) + stats.norm.ppf(power))
+
+
 def power_plan(
     a: Sequence[float], b: Sequence[float], effect: float | None, power: float = POWER, confidence: float = CONFIDENCE
 ) -> dict[str, Any] | None:
@@ -163,29 +168,37 @@ def power_plan(
         detectable_effect = z * sd / sqrt(k)                     (same unit as the effect)
         seeds_needed      = ceil((z * sd / |effect|)^2), at least 2   (per side; None without an effect)
 
-    None with fewer than 2 seeds on a side (no spread to plan from)."""
+    `alpha` (1 - confidence) is kept: a row tested at a corrected level says so. None with fewer than 2 seeds on a
+    side (no spread to plan from)."""
     va, vb = (np.array([float(x) for x in v if x is not None and math.isfinite(float(x))]) for v in (a, b))
     if len(va) < 2 or len(vb) < 2:
         return None
     sd = math.sqrt(float(np.var(va, ddof=1)) + float(np.var(vb, ddof=1)))
-    z = float(stats.norm.ppf(0.5 + confidence / 2) + stats.norm.ppf(power))
+    z = _z(confidence, power)
     k = min(len(va), len(vb))
     need = None
     if effect is not None and math.isfinite(effect) and effect != 0:
         need = max(2, math.ceil((z * sd / abs(effect)) ** 2))
-    return {"k": k, "power": power, "sd": sd, "detectable_effect": z * sd / math.sqrt(k), "seeds_needed": need}
+    alpha = 1 - confidence
+    detectable = z * sd / math.sqrt(k)
+    return {"k": k, "power": power, "alpha": alpha, "sd": sd, "detectable_effect": detectable, "seeds_needed": need}
 
 
-def logrank_power(events: int, k: int, power: float = POWER, confidence: float = CONFIDENCE) -> dict[str, Any] | None:
+def logrank_power(
+    events: int, n_a: int, n_b: int, power: float = POWER, confidence: float = CONFIDENCE
+) -> dict[str, Any] | None:
     """The smallest hazard ratio (> 1) a two-sided log-rank test detects with `power` from `events` observed events
-    in two equal groups of K = `k` (Schoenfeld: events = 4 z^2 / ln(HR)^2, z = z_(1 - alpha/2) + z_power); the
-    report prints it as a ratio, not a difference. None without an event."""
-    if events < 1:
+    in groups of n_a and n_b (Schoenfeld: events = z^2 / (q (1 - q) ln(HR)^2), q = n_a / (n_a + n_b), z = z_(1 -
+    alpha/2) + z_power; equal groups: exp(2 z / sqrt(events))); printed as a ratio, not a difference. None without
+    an event or a group."""
+    if events < 1 or n_a < 1 or n_b < 1:
         return None
-    z = float(stats.norm.ppf(0.5 + confidence / 2) + stats.norm.ppf(power))
-    hr = math.exp(2 * z / math.sqrt(events))
+    q = n_a / (n_a + n_b)
+    hr = math.exp(_z(confidence, power) / math.sqrt(events * q * (1 - q)))
+    k = min(n_a, n_b)
     text = f"hazard ratio {hr:.1f} ({events} events) at K = {k}"
-    return {"k": k, "power": power, "events": events, "detectable_effect": hr, "seeds_needed": None, "text": text}
+    out = {"k": k, "power": power, "alpha": 1 - confidence, "events": events, "detectable_effect": hr}
+    return {**out, "seeds_needed": None, "text": text}
 
 
 def spearman_rho(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -236,8 +236,10 @@ def claim_verdicts(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any
     for claim in dict.fromkeys(r["claim"] for r in rows):
         prim = [r for r in rows if r["claim"] == claim and r.get("role", PRIMARY) == PRIMARY]
         with_data = sum(r.get("effect") is not None and r["verdict"] != "not run" for r in prim)
-        if len(prim) == 1 or all(r["verdict"] == "not run" for r in prim):
-            verdict = prim[0]["verdict"] if len(prim) == 1 else "not run"
+        if len(prim) == 1:
+            verdict = prim[0]["verdict"]
+        elif all(r["verdict"] == "not run" for r in prim):
+            verdict = "not run"
         elif all(r["verdict"] == "holds" for r in prim):
             verdict = "holds"
         else:

@@ -23,7 +23,7 @@ from rich.table import Table
 from s3.catalog import DIRECT
 from s3.report.cost import DASH, duration
 from s3.report.cost import interval_text as _interval
-from s3.report.render_claims import CLAIM_COLUMNS, VERDICT_COLUMNS, claim_rows, claims_section, verdict_rows
+from s3.report.render_claims import CLAIM_COLUMNS, claim_rows, claims_section, verdict_table
 from s3.report.render_levers import dagger_section, lever_section
 from s3.report.render_training import training_section
 from s3.report.rows import CONDITIONS, CORRELATED, ERROR_METRICS
@@ -349,12 +349,11 @@ def readme_table(report: Mapping[str, Any]) -> str:
             "lap time over the completed laps, n = laps.",
             _md_table(README_COLUMNS, readme_rows(report)),
             "The paper's claims, each claim's verdict and its primary rows (two-sided 95 %, rules fixed in advance; at "
-            "K = 3 seeds per policy "
-            "a verdict is provisional: [docs/statistics.md](docs/statistics.md); the secondary and sensitivity rows "
-            "are in [reports/report.md](reports/report.md)):",
+            "K = 3 seeds per policy a verdict is provisional: [docs/statistics.md](docs/statistics.md); the secondary "
+            "and sensitivity rows are in [reports/report.md](reports/report.md)):",
             "\n\n".join(
                 [
-                    *([_md_table(VERDICT_COLUMNS, verdict_rows(report))] if verdict_rows(report) else []),
+                    *verdict_table(report, _md_table),
                     _md_table(CLAIM_COLUMNS, claim_rows(report, ("primary",))),
                 ]
             )

@@ -80,14 +80,19 @@ def verdict_rows(report: Mapping[str, Any]) -> list[list[str]]:
     ]
 
 
+def verdict_table(report: Mapping[str, Any], md_table: Callable[[Iterable[str], list[list[str]]], str]) -> list[str]:
+    """The claims' verdicts as one markdown table, or nothing when the report has none."""
+    rows = verdict_rows(report)
+    return [md_table(VERDICT_COLUMNS, rows)] if rows else []
+
+
 def claims_section(report: Mapping[str, Any], md_table: Callable[[Iterable[str], list[list[str]]], str]) -> list[str]:
     """reports/report.md's claims: the intro, each claim's rule, each claim's verdict, the rows."""
     rules = report.get("claim_rules") or {}
-    verdicts = verdict_rows(report)
     return [
         "## The paper's claims",
         INTRO,
         *(["\n".join(f"- **{k}**: {v}." for k, v in rules.items())] if rules else []),
-        *([md_table(VERDICT_COLUMNS, verdicts)] if verdicts else []),
+        *verdict_table(report, md_table),
         md_table(CLAIM_COLUMNS, claim_rows(report)),
     ]
